@@ -1,0 +1,112 @@
+"""Small helpers: flag types that explain themselves, seeding, devices."""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import random
+
+import torch
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, without the usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def int_at_least(low: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+        return value
+
+    return parse
+
+
+def float_in(low: float, high: float = float("inf"), *, low_open: bool = False):
+    """A float in [low, high], or (low, high] with low_open."""
+    bounds = f"{'>' if low_open else '>='} {low}"
+    if high < float("inf"):
+        bounds += f" and <= {high}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number {bounds}, got {text!r}") from None
+        too_low = value <= low if low_open else value < low
+        if too_low or value > high or value != value:
+            raise argparse.ArgumentTypeError(f"must be a number {bounds}, got {text!r}")
+        return value
+
+    return parse
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (respects taskset, cgroups' affinity)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    if deterministic:
+        # cuBLAS needs this to be reproducible; it is read when the first handle is made.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+    # benchmark picks the fastest convolution for fixed input shapes, but not reproducibly.
+    torch.backends.cudnn.benchmark = not deterministic
+    torch.backends.cudnn.deterministic = deterministic
+    # TF32 matmuls on Ampere and newer: much faster, accurate enough for training.
+    torch.backends.cuda.matmul.allow_tf32 = not deterministic
+    torch.backends.cudnn.allow_tf32 = not deterministic
+
+
+class EMA:
+    """Exponential moving average of a model's weights, for evaluation and export.
+
+    The decay ramps up over the first steps, so the average is not dominated by the random
+    initial weights. Buffers (BatchNorm statistics) are copied, not averaged.
+    """
+
+    def __init__(self, model: torch.nn.Module, decay: float) -> None:
+        self.module = copy.deepcopy(model).eval().requires_grad_(False)
+        self.decay = decay
+        self.updates = 0
+
+    @torch.no_grad()
+    def update(self, model: torch.nn.Module) -> None:
+        self.updates += 1
+        decay = min(self.decay, (1 + self.updates) / (10 + self.updates))
+        averaged = [p for p in self.module.parameters() if p.dtype.is_floating_point]
+        current = [p for p in model.parameters() if p.dtype.is_floating_point]
+        torch._foreach_lerp_(averaged, current, 1 - decay)
+        for mine, theirs in zip(self.module.buffers(), model.buffers(), strict=True):
+            mine.copy_(theirs)
+
+    def state_dict(self) -> dict:
+        return {"module": self.module.state_dict(), "updates": self.updates}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.module.load_state_dict(state["module"])
+        self.updates = state["updates"]
