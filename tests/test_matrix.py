@@ -1,0 +1,79 @@
+"""Every amp x optimizer x scheduler combination is rendered, linted and trained.
+
+The other questions are spread over the combinations so that each of their values is
+rendered and trained at least once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from tests.helpers import AMPS, OPTIMIZERS, SCHEDULERS, TINY_RUN, render, ruff, train
+
+COMBINATIONS = list(itertools.product(AMPS, OPTIMIZERS, SCHEDULERS))
+
+# Values of the other questions, cycled over the combinations (compile=True has its own test).
+OTHER_ANSWERS = {
+    "logger": ("csv", "tensorboard"),
+    "num_workers": (0, 2, 1),
+    "batch_size": (16, 24),
+    "channels_last": (False, True),
+    "ema": (False, True, False),
+    "label_smoothing": (0.0, 0.1),
+    "epochs": (2, 3),
+}
+
+
+def other_answers(index: int) -> dict:
+    return {name: values[index % len(values)] for name, values in OTHER_ANSWERS.items()}
+
+
+def check_rendered(project) -> None:
+    """No template syntax left, valid Python, ruff clean as rendered."""
+    for path in project.rglob("*"):
+        if path.is_file() and not {".git", "__pycache__"} & set(path.parts):
+            text = path.read_text()
+            for marker in ("{{", "{%", "{#"):
+                assert marker not in text, f"{path.relative_to(project)} contains {marker!r}"
+            if path.suffix == ".py":
+                compile(text, str(path), "exec")
+    lint = ruff("check", "--no-cache", project)
+    assert lint.returncode == 0, lint.stdout
+    fmt = ruff("format", "--check", "--no-cache", project)
+    assert fmt.returncode == 0, fmt.stdout
+
+
+@pytest.mark.parametrize(("amp", "optimizer", "scheduler"), COMBINATIONS)
+def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
+    answers = other_answers(COMBINATIONS.index((amp, optimizer, scheduler)))
+    project = render(
+        template, tmp_path / "p", amp=amp, optimizer=optimizer, scheduler=scheduler, **answers
+    )
+    check_rendered(project)
+    train_py = (project / "train.py").read_text()
+    assert ("GradScaler" in train_py) == (amp == "fp16")
+    assert ("autocast" in train_py) == (amp != "off")
+
+    # Flags left out take the answers' defaults; --amp is forced on so the CPU runs it too.
+    flags = ["--synthetic-size", "64", "--image-size", "16"]
+    if amp != "off":
+        flags += ["--amp", amp]
+    rows = train(project, *flags)
+    assert [row["epoch"] for row in rows] == list(range(1, answers["epochs"] + 1))
+    for row in rows:
+        assert math.isfinite(row["train_loss"]) and math.isfinite(row["val_loss"])
+        assert 0 <= row["val_acc"] <= 100
+        assert row["samples_per_s"] > 0
+    assert (project / "runs/test/last.pt").is_file()
+    assert (project / "runs/test/best.pt").is_file()
+    assert ("ema_val_acc" in rows[0]) == answers["ema"]
+    assert (project / "runs/test/tensorboard").is_dir() == (answers["logger"] == "tensorboard")
+
+
+def test_tiny_run_flags_are_valid(template, tmp_path):
+    """The flags other tests use for a quick run are accepted by a default project."""
+    rows = train(render(template, tmp_path / "p"), *TINY_RUN)
+    assert len(rows) == 2
