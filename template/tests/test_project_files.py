@@ -1,0 +1,43 @@
+"""No leftovers of a `copier update` that did not merge cleanly."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SKIP = {"runs", "data", "build", "dist", "__pycache__"}  # outputs, downloads, caches
+# Built here so that this file does not contain the markers it looks for.
+MARKERS = ("<" * 7 + " ", ">" * 7 + " ")
+SEPARATOR = "=" * 7
+
+
+def project_files():
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = [
+            d
+            for d in subfolders
+            if d not in SKIP
+            and not d.startswith(".")
+            and not d.endswith(".egg-info")
+            and not Path(folder, d, "pyvenv.cfg").exists()  # a virtual environment
+        ]
+        for name in files:
+            yield Path(folder, name)
+
+
+def test_no_conflict_markers():
+    conflicted = []
+    for path in project_files():
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (UnicodeDecodeError, OSError):
+            continue  # not text
+        if any(line.startswith(MARKERS) or line == SEPARATOR for line in lines):
+            conflicted.append(str(path.relative_to(ROOT)))
+    assert not conflicted, f"unresolved merge conflicts in: {', '.join(conflicted)}"
+
+
+def test_no_rejected_hunks():
+    rejected = [str(p.relative_to(ROOT)) for p in project_files() if p.suffix == ".rej"]
+    assert not rejected, f"copier update left rejected changes in: {', '.join(rejected)}"

@@ -1,0 +1,179 @@
+"""Copier refuses bad answers with the validator's message and renders nothing; it derives
+a valid package name from the project name; and it accepts good answers.
+
+Everything goes through the real `copier.run_copy`, as `copier copy --defaults --data ...`
+would. An unknown value for a choice question is refused by Copier itself before our
+validator runs ("Invalid choice for 'amp': 'fp8' is not in ['off', 'bf16', 'fp16']"), so for
+those the test checks that the message lists the allowed values.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+from pathlib import Path
+
+import copier
+import pytest
+import yaml
+
+from tests.helpers import AMPS, OPTIMIZERS, SCHEDULERS
+
+IDENTIFIER = "must be a lowercase Python identifier"
+RESERVED = "would shadow a Python keyword, a standard-library module or a dependency"
+
+# (answers, the validator's message, or a part of it that names the problem)
+BAD_ANSWERS = {
+    "package name with a space": (
+        {"package_name": "my net"},
+        f"package_name {IDENTIFIER}: letters a-z, digits and underscores, not starting with a "
+        "digit (got 'my net')",
+    ),
+    "package name with a quote": ({"package_name": "my'net"}, f"{IDENTIFIER}"),
+    "package name with a double quote": ({"package_name": 'my"net'}, f"{IDENTIFIER}"),
+    "package name with a hyphen": ({"package_name": "my-net"}, f"{IDENTIFIER}"),
+    "package name a keyword": ({"package_name": "class"}, f"package_name 'class' {RESERVED}"),
+    "package name a soft keyword": ({"package_name": "match"}, f"package_name 'match' {RESERVED}"),
+    "package name a stdlib module": ({"package_name": "json"}, f"package_name 'json' {RESERVED}"),
+    "package name torch": ({"package_name": "torch"}, f"package_name 'torch' {RESERVED}"),
+    "package name torchvision": (
+        {"package_name": "torchvision"},
+        f"package_name 'torchvision' {RESERVED}",
+    ),
+    "package name train (the script)": ({"package_name": "train"}, RESERVED),
+    "package name starting with a digit": ({"package_name": "2net"}, "(got '2net')"),
+    "package name uppercase": ({"package_name": "MyNet"}, "(got 'MyNet')"),
+    "package name empty": ({"package_name": ""}, IDENTIFIER),
+    "project name blank": ({"project_name": "   "}, "project_name must not be empty"),
+    "num_workers negative": (
+        {"num_workers": -1},
+        "num_workers must be an integer >= 0 (got -1)",
+    ),
+    "batch_size 0": ({"batch_size": 0}, "batch_size must be an integer >= 1 (got 0)"),
+    "epochs 0": ({"epochs": 0}, "epochs must be an integer >= 1 (got 0)"),
+    "lr 0": ({"lr": 0.0}, "lr must be a number > 0 and <= 100 (got 0.0)"),
+    "lr negative": ({"lr": -0.1}, "lr must be a number > 0 and <= 100 (got -0.1)"),
+    "lr too large": ({"lr": 101.0}, "lr must be a number > 0 and <= 100 (got 101.0)"),
+    "label_smoothing 1": (
+        {"label_smoothing": 1.0},
+        "label_smoothing must be a number >= 0 and < 1 (got 1.0)",
+    ),
+    "label_smoothing negative": (
+        {"label_smoothing": -0.1},
+        "label_smoothing must be a number >= 0 and < 1 (got -0.1)",
+    ),
+}
+
+CHOICES = {
+    "amp": AMPS,
+    "optimizer": OPTIMIZERS,
+    "scheduler": SCHEDULERS,
+    "distributed": ("single", "ddp"),
+    "logger": ("csv", "tensorboard"),
+}
+
+
+def copy(template: Path, dest: Path, **answers) -> Path:
+    copier.run_copy(str(template), dest, data=answers, defaults=True, unsafe=True, quiet=True)
+    return dest
+
+
+def assert_nothing_rendered(dest: Path) -> None:
+    assert not dest.exists() or not any(dest.iterdir()), (
+        f"a refused answer left files behind: {sorted(p.name for p in dest.iterdir())}"
+    )
+
+
+def recorded_answers(dest: Path) -> dict:
+    return yaml.safe_load((dest / ".copier-answers.yml").read_text())
+
+
+@pytest.mark.parametrize("case", list(BAD_ANSWERS))
+def test_bad_answer_is_refused_with_its_message(template, tmp_path, case):
+    answers, message = BAD_ANSWERS[case]
+    dest = tmp_path / "project"
+    with pytest.raises(ValueError) as refused:
+        copy(template, dest, **answers)
+    question = next(iter(answers))
+    assert f"Validation error for question '{question}'" in str(refused.value)
+    assert message in str(refused.value)
+    assert_nothing_rendered(dest)
+
+
+@pytest.mark.parametrize("question", list(CHOICES))
+def test_unknown_choice_is_refused_naming_the_allowed_values(template, tmp_path, question):
+    dest = tmp_path / "project"
+    with pytest.raises(ValueError) as refused:
+        copy(template, dest, **{question: "bogus"})
+    message = str(refused.value)
+    assert question in message and "'bogus'" in message
+    for allowed in CHOICES[question]:
+        assert repr(allowed) in message, f"{allowed!r} missing from {message!r}"
+    assert_nothing_rendered(dest)
+
+
+def test_choice_lists_match_the_validators():
+    """Each choice question's validator names the same values as its choices (the validator
+    is what a non-Copier front end, or a changed choice list, would fall back on)."""
+    questions = yaml.safe_load((Path(__file__).resolve().parents[1] / "copier.yml").read_text())
+    for question, allowed in CHOICES.items():
+        spec = questions[question]
+        assert tuple(spec["choices"].values()) == allowed, question
+        assert f"{question} must be one of: {', '.join(allowed)}" in spec["validator"], question
+
+
+@pytest.mark.parametrize(
+    ("project_name", "package_name"),
+    [
+        ("My Cool Net!", "my_cool_net"),
+        ("  Image--Classifier 2 ", "image_classifier_2"),
+        ("3D Segmenter", "p_3d_segmenter"),
+        ("!!!", "trainer"),
+    ],
+)
+def test_default_package_name_comes_from_the_project_name(
+    template, tmp_path, project_name, package_name
+):
+    dest = copy(template, tmp_path / "project", project_name=project_name)
+    assert recorded_answers(dest)["package_name"] == package_name
+    assert package_name.isidentifier() and not keyword.iskeyword(package_name)
+    assert re.fullmatch("[a-z_][a-z0-9_]*", package_name)
+    assert (dest / package_name / "__init__.py").is_file()
+    assert f"from {package_name}.models import build_model" in (dest / "train.py").read_text()
+
+
+def test_good_answers_are_accepted(template, tmp_path):
+    answers = {
+        "project_name": "Edge Cases",
+        "package_name": "_edge_2",
+        "description": 'A "quoted" description',
+        "amp": "fp16",
+        "optimizer": "lamb",
+        "scheduler": "cyclic",
+        "distributed": "single",
+        "logger": "tensorboard",
+        "num_workers": 0,
+        "batch_size": 1,
+        "epochs": 1,
+        "lr": 100.0,
+        "label_smoothing": 0.0,
+        "compile": True,
+        "channels_last": True,
+        "ema": True,
+    }
+    dest = copy(template, tmp_path / "project", **answers)
+    recorded = recorded_answers(dest)
+    for question, answer in answers.items():
+        assert recorded[question] == answer, question
+    assert (dest / "_edge_2" / "lamb.py").is_file()
+    train_py = (dest / "train.py").read_text()
+    for flag_default in ("default=0,", "default=1,", "default=100.0,", "default=True,"):
+        assert flag_default in train_py, flag_default
+
+
+def test_just_inside_the_bounds_is_accepted(template, tmp_path):
+    dest = copy(template, tmp_path / "project", lr=1e-6, label_smoothing=0.999, num_workers=0)
+    recorded = recorded_answers(dest)
+    assert recorded["lr"] == 1e-6
+    assert recorded["label_smoothing"] == 0.999
+    assert recorded["num_workers"] == 0

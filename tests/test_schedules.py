@@ -1,0 +1,293 @@
+"""Numerical checks of every rendered learning-rate schedule.
+
+Each schedule is built by the rendered project's own `build_scheduler`, from arguments parsed by
+its own `train.get_args_parser()`, over a one-parameter SGD, and stepped as train.py steps it:
+one `scheduler.step()` after each `optimizer.step()`. `lrs[k]` is the learning rate that
+optimizer step k (counted from 0) uses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pytest
+import torch
+
+from tests.helpers import SCHEDULERS, inside, render, train
+
+WARMUP_SCHEDULERS = ("warmup_cosine", "cosine_restarts", "step", "constant")
+
+
+@pytest.fixture(scope="module")
+def project(template, tmp_path_factory):
+    """project(scheduler): a project rendered with that schedule (once per module and worker)."""
+    rendered = {}
+
+    def get(scheduler: str):
+        if scheduler not in rendered:
+            rendered[scheduler] = render(
+                template,
+                tmp_path_factory.mktemp(scheduler),
+                amp="off",
+                optimizer="sgd",
+                scheduler=scheduler,
+            )
+        return rendered[scheduler]
+
+    return get
+
+
+def run_schedule(project, flags, steps_per_epoch, steps=None):
+    """Parse `flags` with the project's parser, build its scheduler and step it `steps` times
+    (default: the whole run, epochs x steps_per_epoch). Returns (args, lrs, scheduler)."""
+    with inside(project):
+        import train as project_train
+        from proj.schedule import build_scheduler
+
+        args = project_train.get_args_parser().parse_args(flags)
+        param = torch.nn.Parameter(torch.zeros(()))
+        optimizer = torch.optim.SGD([param], lr=args.lr, momentum=0.9)
+        scheduler = build_scheduler(optimizer, args, steps_per_epoch)
+        if steps is None:
+            steps = args.epochs * steps_per_epoch
+        lrs = []
+        for _ in range(steps):
+            lrs.append(optimizer.param_groups[0]["lr"])
+            param.grad = torch.zeros(())
+            optimizer.step()
+            scheduler.step()
+    return args, lrs, scheduler
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-15)
+
+
+def rises(lrs: list[float], start: int) -> list[int]:
+    """Steps from `start` on where the learning rate goes up."""
+    return [k for k in range(max(start, 1), len(lrs)) if lrs[k] > lrs[k - 1] * (1 + 1e-12)]
+
+
+def test_schedule_flags(project):
+    """The flags the checks below use are the ones each schedule adds, and only those."""
+    expected = {
+        "warmup_cosine": {"--warmup-epochs", "--warmup-steps", "--min-lr"},
+        "cosine_restarts": {
+            "--warmup-epochs",
+            "--warmup-steps",
+            "--min-lr",
+            "--restart-epochs",
+            "--restart-mult",
+        },
+        "step": {"--warmup-epochs", "--warmup-steps", "--step-epochs", "--gamma"},
+        "constant": {"--warmup-epochs", "--warmup-steps"},
+        "onecycle": {"--pct-start", "--div-factor", "--final-div-factor"},
+        "cyclic": {"--min-lr", "--cycle-epochs", "--cyclic-mode", "--cyclic-gamma"},
+    }
+    assert set(expected) == set(SCHEDULERS)
+    for scheduler, flags in expected.items():
+        with inside(project(scheduler)):
+            from proj.schedule import add_schedule_args
+
+            parser = argparse.ArgumentParser(add_help=False)
+            add_schedule_args(parser)
+        added = {s for action in parser._actions for s in action.option_strings}
+        assert added == flags, scheduler
+
+
+@pytest.mark.parametrize("scheduler", WARMUP_SCHEDULERS)
+@pytest.mark.parametrize(
+    ("warmup_flags", "warmup"),
+    [(["--warmup-epochs", "1.5"], 15), (["--warmup-steps", "7"], 7)],
+    ids=["epochs", "steps"],
+)
+def test_warmup_ends_at_the_peak_without_a_jump(project, scheduler, warmup_flags, warmup):
+    flags = ["--epochs", "6", "--lr", "0.4", *warmup_flags]
+    args, lrs, _ = run_schedule(project(scheduler), flags, steps_per_epoch=10)
+    peak = args.lr
+    # Linear from peak / warmup at the first step up to the peak at the last warmup step.
+    for k in range(warmup):
+        assert close(lrs[k], peak * (k + 1) / warmup), (k, lrs[:warmup])
+    assert all(b > a for a, b in zip(lrs[:warmup], lrs[1:warmup], strict=False))
+    assert close(lrs[warmup - 1], peak)
+    assert close(lrs[warmup], peak), "the first step after warmup is not at the peak"
+    # No jump where warmup ends: from three steps before it to one after, the LR moves by at
+    # most one warmup increment per step (further on, a short cosine may fall faster).
+    around = range(warmup - 3, warmup + 1)
+    biggest = max(abs(lrs[k + 1] - lrs[k]) / peak for k in around)
+    assert biggest <= 1 / warmup + 1e-9, [lrs[k] for k in around]
+
+
+@pytest.mark.parametrize("scheduler", WARMUP_SCHEDULERS)
+def test_no_warmup_starts_at_the_peak(project, scheduler):
+    args, lrs, _ = run_schedule(
+        project(scheduler), ["--epochs", "3", "--warmup-steps", "0"], steps_per_epoch=5
+    )
+    assert close(lrs[0], args.lr)
+
+
+@pytest.mark.parametrize(("min_lr_flags", "floor"), [([], 0.5 / 100), (["--min-lr", "0.02"], 0.02)])
+def test_warmup_cosine_reaches_its_floor_at_the_last_step(project, min_lr_flags, floor):
+    flags = ["--epochs", "5", "--lr", "0.5", "--warmup-steps", "9", *min_lr_flags]
+    args, lrs, _ = run_schedule(project("warmup_cosine"), flags, steps_per_epoch=8)
+    warmup, total = 9, 40
+    assert len(lrs) == total
+    assert close(lrs[warmup - 1], args.lr) and close(lrs[warmup], args.lr)
+    assert close(lrs[-1], floor)
+    assert all(lr > floor for lr in lrs[:-1])
+    decay = lrs[warmup:]
+    assert all(b < a for a, b in zip(decay, decay[1:], strict=False)), "not decreasing"
+    # Half-way through the decay (30 steps from the peak to the floor), half-way down.
+    assert close(lrs[warmup + 15], (args.lr + floor) / 2)
+
+
+@pytest.mark.parametrize(
+    ("mult", "restart_flags", "restarts"),
+    [
+        (2, ["--restart-epochs", "1"], [15, 35, 75]),  # cycles of 10, 20, 40 after 5 warmup
+        (1, ["--restart-epochs", "1"], [15, 25, 35, 45, 55, 65, 75]),
+        (2, [], [25, 65]),  # default first cycle: a quarter of the run, 20 steps
+    ],
+)
+def test_cosine_restarts_restart_at_the_peak(project, mult, restart_flags, restarts):
+    flags = ["--epochs", "8", "--warmup-steps", "5", "--restart-mult", str(mult), *restart_flags]
+    args, lrs, _ = run_schedule(project("cosine_restarts"), flags, steps_per_epoch=10)
+    floor = args.lr / 100
+    assert len(lrs) == 80
+    assert rises(lrs, start=6) == restarts
+    starts = [5, *restarts]
+    for begin, end in zip(starts, [*restarts, None], strict=True):
+        assert close(lrs[begin], args.lr), begin
+        if end is None:
+            continue
+        length = end - begin
+        # The step before a restart is the last of its cosine, just above the floor.
+        last = floor + (args.lr - floor) * 0.5 * (1 + math.cos(math.pi * (length - 1) / length))
+        assert close(lrs[end - 1], last), end
+        assert lrs[end - 1] < floor + 0.03 * (args.lr - floor)
+
+
+@pytest.mark.parametrize(
+    ("step_flags", "period", "gamma"),
+    [(["--step-epochs", "2", "--gamma", "0.5"], 20, 0.5), ([], 30, 0.1)],
+    ids=["explicit", "default"],
+)
+def test_step_decays_by_gamma_at_the_boundaries(project, step_flags, period, gamma):
+    flags = ["--epochs", "9", "--warmup-steps", "5", *step_flags]
+    args, lrs, _ = run_schedule(project("step"), flags, steps_per_epoch=10)
+    assert len(lrs) == 90
+    for k in range(5, 90):
+        assert close(lrs[k], args.lr * gamma ** (k // period)), k
+    for boundary in range(period, 90, period):
+        assert close(lrs[boundary] / lrs[boundary - 1], gamma), boundary
+    assert rises(lrs, start=6) == []
+
+
+def test_constant_stays_at_the_peak_after_warmup(project):
+    args, lrs, _ = run_schedule(
+        project("constant"), ["--epochs", "4", "--warmup-epochs", "1"], steps_per_epoch=10
+    )
+    assert len(lrs) == 40
+    assert close(lrs[9], args.lr)
+    assert all(close(lr, args.lr) for lr in lrs[9:])
+
+
+def optimizer_steps_per_epoch(num_batches: int, accum_steps: int) -> int:
+    """Count the optimizer steps of one epoch of `num_batches`, with the windows of
+    train_one_epoch: full windows of `accum_steps`, the last one possibly short."""
+    steps = 0
+    for i in range(num_batches):
+        window_start = i - i % accum_steps
+        window = min(accum_steps, num_batches - window_start)
+        if i + 1 - window_start == window:
+            steps += 1
+    return steps
+
+
+@pytest.mark.parametrize(
+    ("num_batches", "accum_steps", "expected"), [(10, 3, 4), (10, 1, 10), (9, 3, 3), (2, 5, 1)]
+)
+def test_steps_per_epoch_counts_the_short_last_window(num_batches, accum_steps, expected):
+    assert math.ceil(num_batches / accum_steps) == expected  # train.py's steps_per_epoch
+    assert optimizer_steps_per_epoch(num_batches, accum_steps) == expected
+
+
+@pytest.mark.parametrize(
+    ("extra", "pct_start", "div_factor", "final_div_factor"),
+    [
+        ([], 0.25, 25.0, 1e4),
+        (["--pct-start", "0.5", "--div-factor", "10", "--final-div-factor", "100"], 0.5, 10, 100),
+    ],
+    ids=["default", "explicit"],
+)
+def test_onecycle(project, extra, pct_start, div_factor, final_div_factor):
+    num_batches, accum_steps, epochs = 10, 3, 5
+    steps_per_epoch = math.ceil(num_batches / accum_steps)  # as train.py computes it
+    total = epochs * optimizer_steps_per_epoch(num_batches, accum_steps)
+    assert total == 20
+    flags = ["--epochs", str(epochs), "--lr", "0.3", "--accum-steps", str(accum_steps), *extra]
+    args, lrs, scheduler = run_schedule(project("onecycle"), flags, steps_per_epoch)
+    assert scheduler.total_steps == total
+    assert len(lrs) == total and scheduler.last_epoch == total  # stepped exactly `total` times
+    peak_step = round(pct_start * total) - 1
+    assert close(lrs[peak_step], args.lr)
+    assert max(lrs) == lrs[peak_step]
+    assert close(lrs[0], args.lr / div_factor)
+    assert close(lrs[-1], args.lr / div_factor / final_div_factor)
+    assert all(b > a for a, b in zip(lrs[: peak_step + 1], lrs[1 : peak_step + 1], strict=False))
+    after = lrs[peak_step:]
+    assert all(b < a for a, b in zip(after, after[1:], strict=False))
+    # Exactly `total`: one step more is past the end of the cycle, which OneCycleLR refuses.
+    with pytest.raises(ValueError, match="total steps"):
+        scheduler.step()
+
+
+@pytest.mark.parametrize(
+    ("mode_flags", "bottom", "height_per_cycle"),
+    [
+        ([], 0.6 / 10, lambda cycle: 1.0),
+        (["--min-lr", "0.05"], 0.05, lambda cycle: 1.0),
+        (["--cyclic-mode", "triangular2"], 0.06, lambda cycle: 0.5**cycle),
+    ],
+    ids=["triangular", "min-lr", "triangular2"],
+)
+def test_cyclic(project, mode_flags, bottom, height_per_cycle):
+    flags = ["--epochs", "6", "--lr", "0.6", "--cycle-epochs", "2", *mode_flags]
+    args, lrs, _ = run_schedule(project("cyclic"), flags, steps_per_epoch=10)
+    half = 10  # cycle-epochs 2 x 10 steps per epoch / 2
+    assert len(lrs) == 60
+    for cycle in range(3):
+        start = 2 * half * cycle
+        top = bottom + (args.lr - bottom) * height_per_cycle(cycle)
+        assert close(lrs[start], bottom), start
+        assert close(lrs[start + half], top), start + half
+        assert close(lrs[start + half // 2], (bottom + top) / 2), start + half // 2
+        up = lrs[start : start + half + 1]
+        down = lrs[start + half : start + 2 * half + 1] if cycle < 2 else lrs[start + half :]
+        assert all(b > a for a, b in zip(up, up[1:], strict=False))
+        assert all(b < a for a, b in zip(down, down[1:], strict=False))
+    assert min(lrs) == pytest.approx(bottom) and max(lrs) == pytest.approx(args.lr)
+
+
+def test_cyclic_exp_range_decays_the_height(project):
+    flags = ["--epochs", "4", "--lr", "0.6", "--cyclic-mode", "exp_range", "--cyclic-gamma", "0.9"]
+    args, lrs, _ = run_schedule(project("cyclic"), flags, steps_per_epoch=10)
+    bottom = args.lr / 10
+    for top_step in (10, 30):
+        assert close(lrs[top_step], bottom + (args.lr - bottom) * 0.9**top_step)
+
+
+def test_onecycle_train_py_steps_exactly_the_total_with_accumulation(project, tmp_path):
+    """The real train.py: 160 images in batches of 16 are 10 batches, which accumulation over
+    3 makes 4 optimizer steps per epoch (3 + 3 + 3 + a short window of 1); 2 epochs, 8 steps.
+    OneCycleLR would raise on a ninth step; too few would end the run before its final LR."""
+    proj = project("onecycle")
+    flags = ["--synthetic-size", "160", "--batch-size", "16", "--epochs", "2", "--workers", "0"]
+    flags += ["--accum-steps", "3", "--model", "mlp", "--device", "cpu", "--fresh"]
+    rows = train(proj, *flags)
+    assert [row["epoch"] for row in rows] == [1, 2]
+    checkpoint = torch.load(proj / "runs" / "test" / "last.pt", weights_only=True)
+    assert checkpoint["progress"]["step"] == 8
+    assert checkpoint["scheduler"]["total_steps"] == 8
+    assert checkpoint["scheduler"]["last_epoch"] == 8
