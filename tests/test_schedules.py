@@ -278,16 +278,17 @@ def test_cyclic_exp_range_decays_the_height(project):
         assert close(lrs[top_step], bottom + (args.lr - bottom) * 0.9**top_step)
 
 
-def test_onecycle_train_py_steps_exactly_the_total_with_accumulation(project, tmp_path):
-    """The real train.py: 160 images in batches of 16 are 10 batches, which accumulation over
-    3 makes 4 optimizer steps per epoch (3 + 3 + 3 + a short window of 1); 2 epochs, 8 steps.
-    OneCycleLR would raise on a ninth step; too few would end the run before its final LR."""
+def test_onecycle_train_py_steps_exactly_the_total_with_accumulation(project):
+    """The real train.py: 176 images in batches of 8 are 22 batches, which accumulation over 3
+    makes 8 optimizer steps per epoch (7 full windows and a short one of 1); 2 epochs, 16 steps.
+    OneCycleLR raises on a step past its total, and too large a total would end the run before
+    its final LR: the checkpoint shows the two agree."""
     proj = project("onecycle")
-    flags = ["--synthetic-size", "160", "--batch-size", "16", "--epochs", "2", "--workers", "0"]
+    flags = ["--synthetic-size", "176", "--batch-size", "8", "--epochs", "2", "--workers", "0"]
     flags += ["--accum-steps", "3", "--model", "mlp", "--device", "cpu", "--fresh"]
     rows = train(proj, *flags)
     assert [row["epoch"] for row in rows] == [1, 2]
     checkpoint = torch.load(proj / "runs" / "test" / "last.pt", weights_only=True)
-    assert checkpoint["progress"]["step"] == 8
-    assert checkpoint["scheduler"]["total_steps"] == 8
-    assert checkpoint["scheduler"]["last_epoch"] == 8
+    assert checkpoint["progress"]["step"] == 16
+    assert checkpoint["scheduler"]["total_steps"] == 16
+    assert checkpoint["scheduler"]["last_epoch"] == 16

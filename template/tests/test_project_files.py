@@ -3,25 +3,28 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SKIP = {"runs", "data", "build", "dist", "__pycache__"}  # outputs, downloads, caches
 # Built here so that this file does not contain the markers it looks for.
 MARKERS = ("<" * 7 + " ", ">" * 7 + " ")
 SEPARATOR = "=" * 7
 
 
-def project_files():
+def is_skipped(folder: Path) -> bool:
+    """Outputs, downloads, caches, virtual environments and hidden folders (.git, .venv)."""
+    return (
+        folder.name in {"runs", "data", "build", "dist", "__pycache__"}
+        or folder.name.startswith(".")
+        or folder.name.endswith(".egg-info")
+        or (folder / "pyvenv.cfg").exists()
+    )
+
+
+def project_files() -> Iterator[Path]:
     for folder, subfolders, files in os.walk(ROOT):
-        subfolders[:] = [
-            d
-            for d in subfolders
-            if d not in SKIP
-            and not d.startswith(".")
-            and not d.endswith(".egg-info")
-            and not Path(folder, d, "pyvenv.cfg").exists()  # a virtual environment
-        ]
+        subfolders[:] = [d for d in subfolders if not is_skipped(Path(folder, d))]
         for name in files:
             yield Path(folder, name)
 
