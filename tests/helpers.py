@@ -41,9 +41,7 @@ def snapshot_template(dest: Path) -> Path:
 
 def render(template: Path, dest: Path, **answers) -> Path:
     answers.setdefault("package_name", PACKAGE)
-    copier.run_copy(
-        str(template), dest, data=answers, defaults=True, unsafe=True, quiet=True
-    )
+    copier.run_copy(str(template), dest, data=answers, defaults=True, unsafe=True, quiet=True)
     return dest
 
 

@@ -1,0 +1,263 @@
+"""Distributed training with real torchrun processes talking over gloo."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.helpers import (
+    AMPS,
+    OPTIMIZERS,
+    SCHEDULERS,
+    read_metrics,
+    render,
+    ruff,
+    run,
+)
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+RUNNER = os.path.join(os.path.dirname(__file__), "ddp_runner.py")
+QUICK = ["--device", "cpu", "--synthetic-size", "48", "--image-size", "8", "--workers", "0"]
+QUICK += ["--batch-size", "8"]
+
+
+def torchrun(project, *flags, check=True, **kwargs):
+    return run(*TORCHRUN, "train.py", *flags, cwd=project, check=check, **kwargs)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("amp", AMPS)
+def test_every_combination_trains_on_two_processes(template, tmp_path, amp):
+    """amp x optimizer x scheduler with distributed=ddp: rendered, ruff clean, and trained by
+    two processes in one torchrun job (tests/ddp_runner.py runs each project's train.py)."""
+    projects = []
+    for optimizer in OPTIMIZERS:
+        for scheduler in SCHEDULERS:
+            dest = tmp_path / f"{optimizer}-{scheduler}"
+            answers = dict(amp=amp, optimizer=optimizer, scheduler=scheduler, epochs=1)
+            projects.append(render(template, dest, distributed="ddp", batch_size=8, **answers))
+    assert ruff("check", "--no-cache", *projects).returncode == 0
+    assert ruff("format", "--check", "--no-cache", *projects).returncode == 0
+
+    results = tmp_path / "results.tsv"
+    flags = QUICK + ([] if amp == "off" else ["--amp", amp])
+    run(*TORCHRUN, RUNNER, results, *projects, "--", *flags, timeout=900)
+    outcomes = dict(line.split("\t") for line in results.read_text().splitlines())
+    assert outcomes == {str(p): "ok" for p in projects}
+    for project in projects:
+        rows = read_metrics(project / "runs/ddp")
+        assert len(rows) == 1 and math.isfinite(rows[0]["train_loss"]), project
+
+
+@pytest.fixture(scope="module")
+def ddp_project(template, tmp_path_factory):
+    return render(template, tmp_path_factory.mktemp("ddp") / "p", distributed="ddp", ema=True)
+
+
+@pytest.fixture(scope="module")
+def single_project(template, tmp_path_factory):
+    return render(template, tmp_path_factory.mktemp("single") / "p", ema=True)
+
+
+def test_single_rendering_has_no_distributed_code(single_project):
+    files = [p for p in single_project.rglob("*") if p.is_file() and p.suffix in (".py", ".sh")]
+    for path in files:
+        text = path.read_text()
+        for word in ("torch.distributed", "DistributedDataParallel", "torchrun", "RANK"):
+            assert word not in text, f"{path.name} mentions {word}"
+    assert not (single_project / "scripts").exists()
+
+
+def test_ddp_project_runs_as_one_process(ddp_project, tmp_path):
+    run(sys.executable, "train.py", *QUICK, "--epochs", "1", "--out-dir", tmp_path, cwd=ddp_project)
+    assert len(read_metrics(tmp_path)) == 1
+
+
+def test_help_says_how_to_launch(ddp_project):
+    out = run(sys.executable, "train.py", "--help", cwd=ddp_project).stdout
+    assert "torchrun --standalone --nproc-per-node=gpu train.py" in out
+    assert "--rdzv-endpoint" in out and "sbatch scripts/slurm.sbatch" in out
+
+
+def test_rank_zero_alone_writes_and_checkpoints_are_unwrapped(ddp_project, tmp_path):
+    out_dir = tmp_path / "out"
+    result = torchrun(
+        ddp_project,
+        *QUICK,
+        "--epochs",
+        "2",
+        "--batch-size",
+        "8",
+        "--accum-steps",
+        "2",
+        "--out-dir",
+        out_dir,
+    )
+    # One progress summary per epoch: printed by rank 0 only.
+    assert result.stdout.count("epoch 1/2 ") == 1 and result.stdout.count("epoch 2/2 ") == 1
+    assert "8 per process x 2 processes x 2 accumulation = 32 images" in result.stdout
+    assert sorted(p.name for p in out_dir.iterdir()) == ["best.pt", "last.pt", "metrics.csv"]
+    assert [row["epoch"] for row in read_metrics(out_dir)] == [1, 2]
+
+    state = torch.load(out_dir / "last.pt", weights_only=True)
+    for key in list(state["model"]) + list(state["ema"]["module"]):
+        assert not key.startswith(("module.", "_orig_mod.")), key
+    assert len(state["rng"]) == 2  # each process's RNG, to resume each exactly
+    # 48 images / (8 per batch x 2 processes) = 3 batches per epoch, 2 steps with accum 2.
+    assert state["progress"]["step"] == 4 and state["scheduler"]["last_epoch"] == 4
+
+
+def test_checkpoints_move_between_single_and_ddp(ddp_project, single_project, tmp_path):
+    run(
+        sys.executable,
+        "train.py",
+        *QUICK,
+        "--epochs",
+        "1",
+        "--out-dir",
+        tmp_path / "s",
+        cwd=single_project,
+    )
+    torchrun(
+        ddp_project,
+        *QUICK,
+        "--epochs",
+        "2",
+        "--resume",
+        tmp_path / "s/last.pt",
+        "--out-dir",
+        tmp_path / "d",
+    )
+    assert [row["epoch"] for row in read_metrics(tmp_path / "d")] == [2]
+    result = run(
+        sys.executable,
+        "train.py",
+        *QUICK,
+        "--epochs",
+        "3",
+        "--resume",
+        tmp_path / "d/last.pt",
+        "--out-dir",
+        tmp_path / "s2",
+        cwd=single_project,
+    )
+    assert "resumed from" in result.stdout
+    assert [row["epoch"] for row in read_metrics(tmp_path / "s2")] == [3]
+
+
+@pytest.mark.parametrize("val_images", [81, 83])  # 81 = 40 + 41, 83 with batch 2x8: ragged
+def test_evaluation_counts_every_sample_once(ddp_project, single_project, tmp_path, val_images):
+    flags = [
+        *QUICK[:2],
+        "--synthetic-size",
+        str(val_images * 5),
+        "--image-size",
+        "8",
+        "--workers",
+        "0",
+        "--batch-size",
+        "8",
+    ]
+    run(
+        sys.executable,
+        "train.py",
+        *flags,
+        "--epochs",
+        "1",
+        "--out-dir",
+        tmp_path,
+        cwd=single_project,
+    )
+    single = run(
+        sys.executable, "train.py", *flags, "--eval-only", "--out-dir", tmp_path, cwd=single_project
+    ).stdout.splitlines()[-1]
+    ddp = torchrun(ddp_project, *flags, "--eval-only", "--out-dir", tmp_path).stdout
+    ddp_line = [line for line in ddp.splitlines() if line.startswith("val_loss")]
+    assert ddp_line == [single], (ddp_line, single)
+
+
+def worker_pids(parent: int) -> dict[int, int]:
+    """RANK -> pid of torchrun's worker processes."""
+    pids = {}
+    for child in subprocess.run(
+        ["pgrep", "-P", str(parent)], capture_output=True, text=True
+    ).stdout.split():
+        try:
+            env = open(f"/proc/{child}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        for item in env:
+            if item.startswith(b"RANK="):
+                pids[int(item[5:])] = int(child)
+    return pids
+
+
+def test_killed_rank_fails_the_job_quickly(ddp_project, tmp_path):
+    cmd = [
+        *TORCHRUN,
+        "train.py",
+        "--device",
+        "cpu",
+        "--synthetic-size",
+        "20000",
+        "--workers",
+        "0",
+        "--epochs",
+        "50",
+        "--out-dir",
+        str(tmp_path),
+    ]
+    job = subprocess.Popen(
+        cmd, cwd=ddp_project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(pids := worker_pids(job.pid)) < 2:
+            assert time.monotonic() < deadline and job.poll() is None, "workers did not start"
+            time.sleep(0.2)
+        time.sleep(8)  # let them get into training
+        os.kill(pids[1], signal.SIGKILL)
+        killed = time.monotonic()
+        output, _ = job.communicate(timeout=60)
+        assert time.monotonic() - killed < 30
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode != 0
+    assert "rank: 1" in output or "rank 1" in output, output[-3000:]
+
+
+def test_exception_in_one_rank_fails_the_job_naming_it(ddp_project, tmp_path):
+    """Rank 1 trips over a checkpoint only it cannot read; the job ends, naming rank 1."""
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint")
+    # Rank 0 resumes from nothing; rank 1 is pointed at the bad file via its own env.
+    wrapper = tmp_path / "wrap.py"
+    wrapper.write_text(
+        "import os, runpy, sys\n"
+        "sys.path.insert(0, os.getcwd())\n"
+        f"if os.environ['RANK'] == '1': sys.argv += ['--resume', {str(bad)!r}]\n"
+        "runpy.run_path('train.py', run_name='__main__')\n"
+    )
+    start = time.monotonic()
+    result = run(
+        *TORCHRUN,
+        wrapper,
+        *QUICK,
+        "--out-dir",
+        tmp_path / "o",
+        cwd=ddp_project,
+        check=False,
+        timeout=120,
+    )
+    assert time.monotonic() - start < 60
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert f"rank 1: error: {bad}: not a readable checkpoint" in output
