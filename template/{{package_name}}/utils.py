@@ -6,6 +6,7 @@ import argparse
 import copy
 import os
 import random
+import signal
 
 import torch
 
@@ -110,3 +111,39 @@ class EMA:
     def load_state_dict(self, state: dict) -> None:
         self.module.load_state_dict(state["module"])
         self.updates = state["updates"]
+
+
+class StopSignal:
+    """Remembers SIGTERM and SIGUSR1, which SLURM and cloud schedulers send before they stop
+    a job, so that training can finish its step, checkpoint and exit cleanly."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def __init__(self) -> None:
+        self.received: str | None = None
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        self.received = signal.Signals(signum).name
+
+    def __enter__(self) -> StopSignal:
+        for sig in self.SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class Stopped(Exception):
+    """Training stopped early on purpose (a signal, or too many non-finite losses)."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# Exit status after a checkpoint on SIGTERM/SIGUSR1: "temporary failure, try again"
+# (EX_TEMPFAIL); torchrun --max-restarts and the SLURM script restart the job on it.
+REQUEUE_EXIT = 75
