@@ -1,0 +1,158 @@
+"""Checkpoints that never lose work: exact resume after kill -9 and after preemption
+signals, atomic writes, safe loading, and runs that stop on non-finite losses."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.helpers import read_metrics, render, run
+
+PY = sys.executable
+TORCHRUN = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+REQUEUE_EXIT = 75
+# 10 optimizer steps per epoch, 2 epochs: room to interrupt anywhere.
+RUN = ["--deterministic", "--device", "cpu", "--synthetic-size", "160", "--image-size", "8"]
+RUN += ["--batch-size", "16", "--epochs", "2", "--log-interval", "1"]
+
+
+def tensors_equal(a, b, path="") -> None:
+    """Assert two checkpoint trees are the same, tensors bit for bit."""
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b), f"{path} differs"
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys(), path
+        for key in a:
+            tensors_equal(a[key], b[key], f"{path}/{key}")
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            tensors_equal(x, y, f"{path}/{i}")
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def same_training(done, resumed) -> None:
+    a = torch.load(done, weights_only=True)
+    b = torch.load(resumed, weights_only=True)
+    for part in ("model", "optimizer", "scheduler", "ema", "progress", "meter"):
+        tensors_equal(a[part], b[part], part)
+
+
+def without_speed(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k != "samples_per_s"} for row in rows]
+
+
+def checkpoint_step(path) -> int:
+    try:
+        return torch.load(path, weights_only=True)["progress"]["step"]
+    except (FileNotFoundError, RuntimeError, EOFError):
+        return -1
+
+
+def interrupt_at(cmd, cwd, last_pt, step: int, sig: int, timeout=180) -> int:
+    """Start `cmd`, send `sig` once `last_pt` holds `step` or later; return the exit status."""
+    job = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    try:
+        while checkpoint_step(last_pt) < step:
+            assert job.poll() is None, job.stdout.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "no checkpoint came"
+            time.sleep(0.05)
+        job.send_signal(sig)
+        job.wait(timeout=120)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    return job.returncode
+
+
+@pytest.fixture(scope="module")
+def project(template, tmp_path_factory):
+    # EMA on and momentum SGD: more state that must come back exactly.
+    return render(template, tmp_path_factory.mktemp("resume") / "p", ema=True)
+
+
+@pytest.fixture(scope="module")
+def ddp_project(template, tmp_path_factory):
+    return render(template, tmp_path_factory.mktemp("ddp") / "p", distributed="ddp", ema=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [0, 2])
+def test_kill_9_anywhere_then_resume_is_bit_identical(project, tmp_path, workers):
+    flags = [*RUN, "--workers", str(workers)]
+    run(PY, "train.py", *flags, "--out-dir", tmp_path / "whole", cwd=project)
+
+    out = tmp_path / "interrupted"
+    cmd = [PY, "train.py", *flags, "--save-every", "1", "--out-dir", str(out)]
+    kill_steps = sorted(random.Random(workers).sample(range(2, 18), 2))
+    for step in kill_steps:
+        assert interrupt_at(cmd, project, out / "last.pt", step, signal.SIGKILL) == -9
+    result = run(*cmd, cwd=project)
+    assert "resumed from" in result.stdout
+    same_training(tmp_path / "whole/last.pt", out / "last.pt")
+    assert without_speed(read_metrics(out)) == without_speed(read_metrics(tmp_path / "whole"))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_preemption_signal_checkpoints_and_exits_for_requeue(project, tmp_path, sig):
+    flags = [*RUN, "--workers", "0"]
+    run(PY, "train.py", *flags, "--out-dir", tmp_path / "whole", cwd=project)
+    out = tmp_path / "preempted"
+    cmd = [PY, "train.py", *flags, "--save-every", "5", "--out-dir", str(out)]
+    status = interrupt_at(cmd, project, out / "last.pt", 7, sig)
+    assert status == REQUEUE_EXIT
+    assert checkpoint_step(out / "last.pt") >= 7
+    run(*cmd, cwd=project)
+    same_training(tmp_path / "whole/last.pt", out / "last.pt")
+
+
+@pytest.mark.slow
+def test_ddp_preempted_then_resumed_is_bit_identical(ddp_project, tmp_path):
+    flags = [*RUN, "--workers", "0"]
+    run(*TORCHRUN, "train.py", *flags, "--out-dir", tmp_path / "whole", cwd=ddp_project)
+    out = tmp_path / "preempted"
+    cmd = [*TORCHRUN, "train.py", *flags, "--out-dir", str(out), "--save-every", "4"]
+    # SIGTERM to torchrun, as SLURM or a cloud scheduler does: it passes it to both workers.
+    status = interrupt_at(cmd, ddp_project, out / "last.pt", 4, signal.SIGTERM)
+    assert status != 0
+    assert checkpoint_step(out / "last.pt") >= 4
+    result = run(*cmd, cwd=ddp_project)
+    assert "resumed from" in result.stdout
+    same_training(tmp_path / "whole/last.pt", out / "last.pt")
+
+
+@pytest.mark.slow
+def test_torchrun_restarts_a_killed_rank_and_the_run_completes(ddp_project, tmp_path):
+    out = tmp_path / "out"
+    cmd = [*TORCHRUN, "--max-restarts=2", "train.py", *RUN, "--workers", "0"]
+    cmd += ["--save-every", "2", "--out-dir", str(out)]
+    job = subprocess.Popen(cmd, cwd=ddp_project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while checkpoint_step(out / "last.pt") < 4:
+            assert job.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        rank1 = [
+            int(pid)
+            for pid in subprocess.run(
+                ["pgrep", "-P", str(job.pid)], capture_output=True, text=True
+            ).stdout.split()
+            if b"RANK=1\0" in open(f"/proc/{pid}/environ", "rb").read()
+        ]
+        os.kill(rank1[0], signal.SIGKILL)
+        output = job.communicate(timeout=300)[0].decode()
+    finally:
+        if job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, output[-3000:]
+    assert "resumed from" in output
+    assert [row["epoch"] for row in read_metrics(out)] == [1, 2]
