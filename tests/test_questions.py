@@ -100,6 +100,16 @@ def test_bad_answer_is_refused_with_its_message(template, tmp_path, case):
     assert_nothing_rendered(dest)
 
 
+def test_refusal_leaves_an_existing_destination_as_it_was(template, tmp_path):
+    dest = tmp_path / "project"
+    dest.mkdir()
+    (dest / "notes.txt").write_text("mine\n")
+    with pytest.raises(ValueError, match="Validation error for question 'epochs'"):
+        copy(template, dest, epochs=0)
+    assert sorted(p.name for p in dest.iterdir()) == ["notes.txt"]
+    assert (dest / "notes.txt").read_text() == "mine\n"
+
+
 @pytest.mark.parametrize("question", list(CHOICES))
 def test_unknown_choice_is_refused_naming_the_allowed_values(template, tmp_path, question):
     dest = tmp_path / "project"
@@ -139,7 +149,7 @@ def test_default_package_name_comes_from_the_project_name(
     assert package_name.isidentifier() and not keyword.iskeyword(package_name)
     assert re.fullmatch("[a-z_][a-z0-9_]*", package_name)
     assert (dest / package_name / "__init__.py").is_file()
-    assert f"from {package_name}.models import build_model" in (dest / "train.py").read_text()
+    assert f"from {package_name}.models import" in (dest / "train.py").read_text()
 
 
 def test_good_answers_are_accepted(template, tmp_path):

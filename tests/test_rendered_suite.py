@@ -1,0 +1,26 @@
+"""The rendered project's own test suite passes, for a few quite different projects."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.helpers import render, run
+
+PROJECTS = {
+    "defaults": {},
+    "lamb-onecycle-fp16-tensorboard": dict(
+        optimizer="lamb", scheduler="onecycle", amp="fp16", logger="tensorboard"
+    ),
+    "ddp-lars-step-ema": dict(
+        distributed="ddp", optimizer="lars", scheduler="step", amp="off", ema=True
+    ),
+}
+
+
+@pytest.mark.parametrize("answers", PROJECTS.values(), ids=PROJECTS.keys())
+def test_rendered_project_tests_pass(template, tmp_path, answers):
+    project = render(template, tmp_path / "project", **answers)
+    result = run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=project)
+    assert " passed" in result.stdout and "failed" not in result.stdout
