@@ -149,7 +149,7 @@ def test_torchrun_restarts_a_killed_rank_and_the_run_completes(ddp_project, tmp_
             if b"RANK=1\0" in open(f"/proc/{pid}/environ", "rb").read()
         ]
         os.kill(rank1[0], signal.SIGKILL)
-        output = job.communicate(timeout=300)[0].decode()
+        output = job.communicate(timeout=150)[0].decode()
     finally:
         if job.poll() is None:
             job.kill()

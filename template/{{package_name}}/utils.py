@@ -145,5 +145,5 @@ class Stopped(Exception):
 
 
 # Exit status after a checkpoint on SIGTERM/SIGUSR1: "temporary failure, try again"
-# (EX_TEMPFAIL); torchrun --max-restarts and the SLURM script restart the job on it.
+# (EX_TEMPFAIL), which tells a job scheduler to run the job again.
 REQUEUE_EXIT = 75

@@ -1,0 +1,166 @@
+"""`copier update` with real git and real copier keeps users' edits.
+
+A template repository with two releases is built from the working tree in a temporary
+folder (so the test needs no tags in CI's clone); a project is rendered from the first,
+committed, edited the way users edit, and updated to the second."""
+
+from __future__ import annotations
+
+import subprocess
+
+import copier
+import pytest
+
+from tests.helpers import run, snapshot_template
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Test",
+    "GIT_AUTHOR_EMAIL": "test@example.com",
+    "GIT_COMMITTER_NAME": "Test",
+    "GIT_COMMITTER_EMAIL": "test@example.com",
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+}
+
+
+def git(cwd, *args) -> str:
+    return run("git", *args, cwd=cwd, env=GIT_ENV).stdout
+
+
+def commit_all(cwd, message: str) -> None:
+    git(cwd, "add", "-A")
+    git(cwd, "commit", "-q", "-m", message)
+
+
+@pytest.fixture(scope="module")
+def template_repo(tmp_path_factory):
+    """v0.1.0 is the working tree; v0.2.0 changes a default and adds a line to a docstring."""
+    repo = snapshot_template(tmp_path_factory.mktemp("repo"))
+    git(repo, "init", "-q", "-b", "main")
+    commit_all(repo, "v0.1.0")
+    git(repo, "tag", "v0.1.0")
+    train = repo / "template/train.py.jinja"
+    text = train.read_text()
+    assert '        default=50,\n        help="optimizer steps between' in text
+    text = text.replace(
+        '        default=50,\n        help="optimizer steps between',
+        '        default=20,\n        help="optimizer steps between',
+    )
+    train.write_text(text)
+    models = repo / "template/{{package_name}}/models.py"
+    models.write_text(
+        models.read_text().replace(
+            '"""Flatten, one hidden layer:',
+            '"""A multilayer perceptron. Flatten, one hidden layer:',
+        )
+    )
+    commit_all(repo, "v0.2.0: log more often")
+    git(repo, "tag", "v0.2.0")
+    return repo
+
+
+def render_old(template_repo, dest, **answers):
+    copier.run_copy(
+        str(template_repo),
+        dest,
+        data={"package_name": "proj", **answers},
+        defaults=True,
+        unsafe=True,
+        quiet=True,
+        vcs_ref="v0.1.0",
+    )
+    git(dest, "init", "-q", "-b", "main")
+    commit_all(dest, "rendered")
+    return dest
+
+
+def update(dest, **answers):
+    copier.run_update(
+        dest,
+        data=answers,
+        defaults=True,
+        overwrite=True,
+        unsafe=True,
+        quiet=True,
+        conflict="inline",
+    )
+
+
+def assert_no_conflicts(project):
+    for path in project.rglob("*"):
+        if ".git" in path.parts or not path.is_file():
+            continue
+        assert path.suffix != ".rej", path
+        text = path.read_text(errors="replace")
+        for marker in ("<<<<<<< ", "\n=======\n", ">>>>>>> "):
+            assert marker not in text, f"conflict marker in {path}"
+
+
+def users_edits(project):
+    """The kinds of edits users make, committed."""
+    models = project / "proj/models.py"
+    models.write_text(
+        models.read_text().replace(
+            '    if name == "mlp":',
+            '    if name == "my_net":  # our own model\n'
+            "        return MLP(in_channels * image_size * image_size, num_classes, hidden=64)\n"
+            '    if name == "mlp":',
+        )
+    )
+    train = project / "train.py"
+    text = train.read_text()
+    assert 'default=10,\n        help="epochs to train"' in text
+    train.write_text(
+        text.replace(
+            'default=10,\n        help="epochs to train"',
+            'default=42,\n        help="epochs to train"',
+        )
+    )
+    (project / "notes.md").write_text("# Our notes\n")
+    (project / "tests/test_models.py").unlink()
+    commit_all(project, "our edits")
+
+
+def test_update_keeps_edits_and_brings_the_change(template_repo, tmp_path):
+    project = render_old(template_repo, tmp_path / "p")
+    assert "_commit: v0.1.0" in (project / ".copier-answers.yml").read_text()
+    assert "_src_path:" in (project / ".copier-answers.yml").read_text()
+    users_edits(project)
+    update(project)
+    assert_no_conflicts(project)
+    train = (project / "train.py").read_text()
+    assert "default=20," in train and "default=50," not in train  # the template's change
+    assert "default=42," in train  # the user's default
+    models = (project / "proj/models.py").read_text()
+    assert 'if name == "my_net":' in models  # the user's model
+    assert '"""A multilayer perceptron.' in models  # the template's change, same file
+    assert (project / "notes.md").read_text() == "# Our notes\n"
+    assert not (project / "tests/test_models.py").exists()  # deleted stays deleted
+    assert "_commit: v0.2.0" in (project / ".copier-answers.yml").read_text()
+
+
+def test_changing_an_answer_rerenders_and_keeps_edits(template_repo, tmp_path):
+    project = render_old(template_repo, tmp_path / "p")
+    users_edits(project)
+    update(project, optimizer="lamb")
+    assert_no_conflicts(project)
+    assert (project / "proj/lamb.py").is_file()
+    assert "Lamb(" in (project / "proj/optim.py").read_text()
+    assert 'if name == "my_net":' in (project / "proj/models.py").read_text()
+    assert "default=42," in (project / "train.py").read_text()
+    assert "optimizer: lamb" in (project / ".copier-answers.yml").read_text()
+
+
+def test_update_refuses_a_dirty_project_and_touches_nothing(template_repo, tmp_path):
+    project = render_old(template_repo, tmp_path / "p")
+    (project / "train.py").write_text((project / "train.py").read_text() + "# wip\n")
+    before = {
+        p: p.read_bytes() for p in project.rglob("*") if p.is_file() and ".git" not in p.parts
+    }
+    with pytest.raises(Exception, match="(?i)dirty"):
+        update(project)
+    after = {p: p.read_bytes() for p in project.rglob("*") if p.is_file() and ".git" not in p.parts}
+    assert after == before
+    status = subprocess.run(
+        ["git", "status", "--porcelain"], cwd=project, capture_output=True, text=True
+    ).stdout
+    assert status.strip() == "M train.py"
