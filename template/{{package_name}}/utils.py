@@ -147,3 +147,36 @@ class Stopped(Exception):
 # Exit status after a checkpoint on SIGTERM/SIGUSR1: "temporary failure, try again"
 # (EX_TEMPFAIL), which tells a job scheduler to run the job again.
 REQUEUE_EXIT = 75
+
+
+class NonFiniteGuard:
+    """Keeps a step whose loss was not finite away from the model, without a host sync.
+
+    The floating-point buffers (BatchNorm statistics) are copied before the step's forward
+    passes and the weights before the optimizer step; a non-finite step gets zero gradients
+    and both copies back, so the model is exactly as before it (the optimizer's running
+    averages still decay by one step)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.buffers = [b for b in model.buffers() if b.dtype.is_floating_point]
+        self.params_before = [torch.empty_like(p) for p in self.params]
+        self.buffers_before = [torch.empty_like(b) for b in self.buffers]
+
+    @torch.no_grad()
+    def start_window(self) -> None:
+        if self.buffers:
+            torch._foreach_copy_(self.buffers_before, self.buffers)
+
+    @torch.no_grad()
+    def before_step(self, bad: torch.Tensor) -> None:
+        for param in self.params:
+            if param.grad is not None:
+                param.grad.masked_fill_(bad, 0.0)
+        torch._foreach_copy_(self.params_before, self.params)
+
+    @torch.no_grad()
+    def after_step(self, bad: torch.Tensor) -> None:
+        tensors = self.params + self.buffers
+        for tensor, before in zip(tensors, self.params_before + self.buffers_before, strict=True):
+            tensor.copy_(torch.where(bad, before, tensor))

@@ -1,0 +1,196 @@
+"""Bad input gets one clear line and loses nothing: flags, checkpoints, non-finite losses,
+and checkpoint writers killed at random moments."""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from tests.helpers import TINY_RUN, inside, render, run
+
+PY = sys.executable
+
+
+@pytest.fixture(scope="module")
+def project(template, tmp_path_factory):
+    return render(template, tmp_path_factory.mktemp("robust") / "p")
+
+
+BAD_FLAGS = {
+    "epochs 0": (["--epochs", "0"], "argument --epochs: must be an integer >= 1, got '0'"),
+    "negative lr": (["--lr", "-1"], "argument --lr: must be a number > 0"),
+    "lr not a number": (["--lr", "fast"], "argument --lr: must be a number > 0"),
+    "negative workers": (["--workers", "-2"], "argument --workers: must be an integer >= 0"),
+    "batch size 0": (["--batch-size", "0"], "argument --batch-size: must be an integer >= 1"),
+    "unknown data set": (["--data", "imagenet22k"], "argument --data: invalid choice"),
+    "unknown model": (["--model", "resnet9000"], "argument --model: unknown model 'resnet9000'"),
+    "missing checkpoint": (["--resume", "nowhere.pt"], "argument --resume: nowhere.pt is not"),
+    "unknown device": (["--device", "tpu7"], "argument --device: unknown device 'tpu7'"),
+    "label smoothing 1": (["--label-smoothing", "1"], "argument --label-smoothing: must be"),
+    "unknown flag": (["--learning-rate", "0.1"], "unrecognized arguments: --learning-rate"),
+}
+
+
+@pytest.mark.parametrize("flags,message", BAD_FLAGS.values(), ids=BAD_FLAGS.keys())
+def test_bad_flag_is_one_line_before_any_data_is_loaded(project, capsys, flags, message):
+    with inside(project):
+        import train
+
+        with pytest.raises(SystemExit) as exit_info:
+            train.main(flags)
+        assert "proj.data" not in sys.modules or not hasattr(sys.modules["proj.data"], "_loaded")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_missing_image_folder_is_one_line(project, tmp_path):
+    result = run(
+        PY,
+        "train.py",
+        "--data",
+        "imagefolder",
+        "--data-dir",
+        tmp_path / "none",
+        cwd=project,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'none'}/train is not a folder: --data imagefolder wants "
+        f"{tmp_path / 'none'}/train and {tmp_path / 'none'}/val, each with one sub-folder of "
+        "images per class"
+    ]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(project, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ckpt")
+    run(PY, "train.py", *TINY_RUN, "--epochs", "1", "--out-dir", out, cwd=project)
+    return out / "last.pt"
+
+
+def bad_checkpoints(checkpoint, folder):
+    data = checkpoint.read_bytes()
+    (folder / "truncated.pt").write_bytes(data[: len(data) // 2])
+    (folder / "empty.pt").write_bytes(b"")
+    (folder / "text.pt").write_text("this is not a checkpoint\n")
+    torch.save({"weights": torch.zeros(3)}, folder / "foreign.pt")
+    return {
+        "truncated.pt": "not a readable checkpoint",
+        "empty.pt": "not a readable checkpoint",
+        "text.pt": "not a readable checkpoint",
+        "foreign.pt": "not a checkpoint of this project",
+    }
+
+
+def test_bad_checkpoints_get_one_line_naming_the_file(project, checkpoint, tmp_path):
+    for name, problem in bad_checkpoints(checkpoint, tmp_path).items():
+        path = tmp_path / name
+        result = run(
+            PY,
+            "train.py",
+            *TINY_RUN,
+            "--resume",
+            path,
+            "--out-dir",
+            tmp_path / "o",
+            cwd=project,
+            check=False,
+        )
+        assert result.returncode == 1, name
+        assert result.stderr.strip().splitlines() == [f"error: {path}: {problem}"] or (
+            result.stderr.startswith(f"error: {path}: {problem}")
+            and len(result.stderr.strip().splitlines()) == 1
+        ), result.stderr
+    # A checkpoint of another model.
+    result = run(
+        PY,
+        "train.py",
+        *TINY_RUN,
+        "--model",
+        "mlp",
+        "--resume",
+        checkpoint,
+        "--out-dir",
+        tmp_path / "o",
+        cwd=project,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith(f"error: {checkpoint}: weights do not fit --model mlp")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_checkpoints_hold_only_what_weights_only_loads(checkpoint):
+    state = torch.load(checkpoint, weights_only=True)  # raises on anything but plain data
+    assert {"model", "optimizer", "scheduler", "progress", "rng", "args", "meter"} <= set(state)
+
+
+def test_non_finite_losses_stop_the_run_and_keep_the_last_good_checkpoint(project, tmp_path):
+    out = tmp_path / "out"
+    run(PY, "train.py", *TINY_RUN, "--epochs", "1", "--out-dir", out, cwd=project)
+    good = (out / "last.pt").read_bytes()
+    # An absurd learning rate overflows the loss after the first step.
+    flags = [*TINY_RUN, "--fresh", "--lr", "1e30", "--log-interval", "2", "--max-bad-steps", "3"]
+    result = run(PY, "train.py", *flags, "--out-dir", out, cwd=project, check=False)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "optimizer steps in a row had a non-finite loss" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert (out / "last.pt").read_bytes() == good
+
+
+def test_non_finite_losses_are_skipped_and_counted(project, tmp_path):
+    """With no limit the run goes on; the skipped steps are counted, the weights stay finite."""
+    flags = [*TINY_RUN, "--epochs", "1", "--lr", "1e30", "--max-bad-steps", "0"]
+    run(PY, "train.py", *flags, "--out-dir", tmp_path, cwd=project)
+    with (tmp_path / "metrics.csv").open() as f:
+        header, row = f.read().splitlines()
+    assert int(dict(zip(header.split(","), row.split(","), strict=True))["nonfinite_steps"]) >= 3
+    state = torch.load(tmp_path / "last.pt", weights_only=True)
+    for name, tensor in state["model"].items():
+        assert torch.isfinite(tensor.float()).all(), name
+
+
+WRITER = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+from proj.checkpoint import save_checkpoint
+from pathlib import Path
+path = Path(sys.argv[2])
+i = 0
+while True:
+    i += 1
+    save_checkpoint({"model": {"w": torch.full((4_000_000,), float(i))}, "i": i}, path)
+    print(i, flush=True)
+"""
+
+
+def test_kill_9_during_checkpoint_writes_leaves_a_loadable_one(project, tmp_path):
+    """Writers killed at random moments: the file left is always the old or the new one."""
+    from importlib import import_module
+
+    path = tmp_path / "last.pt"
+    rng = random.Random(0)
+    kills = 10
+    with inside(project):
+        load_checkpoint = import_module("proj.checkpoint").load_checkpoint
+        for _ in range(kills):
+            writer = subprocess.Popen(
+                [PY, "-c", WRITER, str(project), str(path)], stdout=subprocess.PIPE, text=True
+            )
+            writer.stdout.readline()  # at least one checkpoint is complete
+            time.sleep(rng.uniform(0, 0.5))
+            writer.send_signal(signal.SIGKILL)
+            writer.wait()
+            state = load_checkpoint(path)
+            value = state["model"]["w"]
+            assert torch.all(value == value[0]) and value[0] == state["i"]
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name != "last.pt"]
+    assert all(name.startswith(".last.pt.") for name in leftovers)  # only temporary files
