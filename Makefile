@@ -29,8 +29,8 @@ test-quick: $(READY)
 	$(BIN)/python -m pytest -n $(JOBS) -m "not slow"
 
 lint: $(READY)
-	$(BIN)/ruff check tests hooks bench
-	$(BIN)/ruff format --check tests hooks bench
+	$(BIN)/ruff check tests bench
+	$(BIN)/ruff format --check tests bench
 
 clean:
 	rm -rf demo .pytest_cache

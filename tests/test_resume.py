@@ -86,14 +86,18 @@ def ddp_project(template, tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workers", [0, 2])
-def test_kill_9_anywhere_then_resume_is_bit_identical(project, tmp_path, workers):
-    flags = [*RUN, "--workers", str(workers)]
+@pytest.mark.parametrize(
+    "loading",
+    [["--workers", "0"], ["--workers", "2"], ["--data-on-device", "on"]],
+    ids=["0 workers", "2 workers", "data on device"],
+)
+def test_kill_9_anywhere_then_resume_is_bit_identical(project, tmp_path, loading):
+    flags = [*RUN, *loading]
     run(PY, "train.py", *flags, "--out-dir", tmp_path / "whole", cwd=project)
 
     out = tmp_path / "interrupted"
     cmd = [PY, "train.py", *flags, "--save-every", "1", "--out-dir", str(out)]
-    kill_steps = sorted(random.Random(workers).sample(range(2, 18), 2))
+    kill_steps = sorted(random.Random(" ".join(loading)).sample(range(2, 18), 2))
     for step in kill_steps:
         assert interrupt_at(cmd, project, out / "last.pt", step, signal.SIGKILL) == -9
     result = run(*cmd, cwd=project)

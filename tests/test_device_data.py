@@ -1,0 +1,73 @@
+"""The training set kept on the device: same augmentation as the loader path, every sample
+once per epoch, resumable mid-epoch."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.helpers import inside, render
+
+
+@pytest.fixture(scope="module")
+def data_module(template, tmp_path_factory):
+    project = render(template, tmp_path_factory.mktemp("device") / "p")
+    with inside(project):
+        yield importlib.import_module("proj.data")
+
+
+def candidates(image: torch.Tensor, flip: bool) -> torch.Tensor:
+    """Every crop of the image padded by 4 reflected pixels, flipped too if `flip`."""
+    h, w = image.shape[-2:]
+    padded = F.pad(image.float()[None], (4, 4, 4, 4), mode="reflect")[0]
+    crops = [padded[:, y : y + h, x : x + w] for y in range(9) for x in range(9)]
+    if flip:
+        crops += [crop.flip(-1) for crop in crops]
+    return torch.stack(crops)
+
+
+def which(output: torch.Tensor, image: torch.Tensor, flip: bool) -> int:
+    matches = (candidates(image, flip) == output.float()).flatten(1).all(1).nonzero()
+    assert len(matches) >= 1, "not a crop of the padded image"
+    return int(matches[0])
+
+
+def test_device_and_loader_paths_augment_alike(data_module):
+    images = torch.randint(0, 256, (64, 3, 12, 12), dtype=torch.uint8)
+    labels = torch.arange(64)
+    device_data = data_module.DeviceData(images, labels, 16, 0, True, torch.device("cpu"))
+    loader_augment = data_module.augment(12, flip=True)
+    seen_device, seen_loader, count = set(), set(), 0
+    for batch, batch_labels in device_data:
+        for output, label in zip(batch, batch_labels, strict=True):
+            seen_device.add(which(output, images[label], True))
+            seen_loader.add(which(loader_augment(images[label]), images[label], True))
+            count += 1
+    assert count == 64 and len(seen_device) > 20 and len(seen_loader) > 20
+    flipped = {i for i in seen_device if i >= 81}
+    assert flipped and flipped != seen_device  # both flipped and plain crops occur
+
+
+def test_each_sample_once_per_epoch_and_resume_continues_exactly(data_module):
+    images = torch.randint(0, 256, (100, 1, 8, 8), dtype=torch.uint8)
+    labels = torch.arange(100)
+
+    def epoch(start=0, rank=0, world_size=1):
+        data = data_module.DeviceData(
+            images, labels, 10, 3, False, torch.device("cpu"), rank, world_size
+        )
+        data.set_epoch(2, start=start)
+        return [(x.clone(), y.clone()) for x, y in data]
+
+    whole = epoch()
+    assert sorted(torch.cat([y for _, y in whole]).tolist()) == list(range(100))
+    resumed = epoch(start=40)  # four batches already trained
+    assert len(resumed) == 6
+    for (x, y), (x2, y2) in zip(whole[4:], resumed, strict=True):
+        assert torch.equal(x, x2) and torch.equal(y, y2)
+    shares = [torch.cat([y for _, y in epoch(rank=r, world_size=2)]) for r in (0, 1)]
+    assert not set(shares[0].tolist()) & set(shares[1].tolist())
+    assert len(shares[0]) == len(shares[1]) == 50
