@@ -69,6 +69,7 @@ def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
         assert math.isfinite(row["train_loss"]) and math.isfinite(row["val_loss"])
         assert 0 <= row["val_acc"] <= 100
         assert row["samples_per_s"] > 0
+    assert 0 < rows[0]["elapsed_s"] <= rows[-1]["elapsed_s"]
     assert (project / "runs/test/last.pt").is_file()
     assert (project / "runs/test/best.pt").is_file()
     assert ("ema_val_acc" in rows[0]) == answers["ema"]

@@ -47,7 +47,8 @@ def same_training(done, resumed) -> None:
 
 
 def without_speed(rows: list[dict]) -> list[dict]:
-    return [{k: v for k, v in row.items() if k != "samples_per_s"} for row in rows]
+    timings = ("samples_per_s", "elapsed_s")
+    return [{k: v for k, v in row.items() if k not in timings} for row in rows]
 
 
 def checkpoint_step(path) -> int:
