@@ -91,3 +91,70 @@ def run(*cmd, cwd=None, check=True, **kwargs) -> subprocess.CompletedProcess:
 
 def ruff(*args) -> subprocess.CompletedProcess:
     return run(sys.executable, "-m", "ruff", *args, check=False)
+
+
+# git with a fixed identity and no user or system configuration, for update tests.
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Test",
+    "GIT_AUTHOR_EMAIL": "test@example.com",
+    "GIT_COMMITTER_NAME": "Test",
+    "GIT_COMMITTER_EMAIL": "test@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "PATH": os.environ["PATH"],
+}
+
+
+def git(cwd: Path, *args: str) -> str:
+    return run("git", *args, cwd=cwd, env=GIT_ENV).stdout
+
+
+def commit_all(cwd: Path, message: str) -> None:
+    git(cwd, "add", "-A")
+    git(cwd, "commit", "-q", "-m", message)
+
+
+def tag_release(repo: Path, version: str) -> None:
+    """Commit the template repository's working tree as release `version`."""
+    if not (repo / ".git").exists():
+        git(repo, "init", "-q", "-b", "main")
+    commit_all(repo, version)
+    git(repo, "tag", version)
+
+
+def render_release(template_repo: Path, dest: Path, version: str, **answers) -> Path:
+    """Render `version` of the template into `dest` and commit it, as a user would."""
+    copier.run_copy(
+        str(template_repo),
+        dest,
+        data={"package_name": PACKAGE, **answers},
+        defaults=True,
+        unsafe=True,
+        quiet=True,
+        vcs_ref=version,
+    )
+    git(dest, "init", "-q", "-b", "main")
+    commit_all(dest, "rendered")
+    return dest
+
+
+def update(project: Path, **answers) -> None:
+    copier.run_update(
+        project,
+        data=answers,
+        defaults=True,
+        overwrite=True,
+        unsafe=True,
+        quiet=True,
+        conflict="inline",
+    )
+
+
+def assert_no_conflicts(project: Path) -> None:
+    for path in project.rglob("*"):
+        if ".git" in path.parts or not path.is_file():
+            continue
+        assert path.suffix != ".rej", path
+        text = path.read_text(errors="replace")
+        for marker in ("<" * 7 + " ", "\n" + "=" * 7 + "\n", ">" * 7 + " "):
+            assert marker not in text, f"conflict marker in {path}"

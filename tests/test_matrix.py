@@ -18,7 +18,7 @@ COMBINATIONS = list(itertools.product(AMPS, OPTIMIZERS, SCHEDULERS))
 # Values of the other questions, cycled over the combinations (compile=True has its own test).
 OTHER_ANSWERS = {
     "logger": ("csv", "tensorboard"),
-    "num_workers": (0, 2, 1),
+    "workers": (0, 2, 1),
     "batch_size": (16, 24),
     "channels_last": (False, True),
     "ema": (False, True, False),
@@ -59,7 +59,7 @@ def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
 
     # Flags left out take the answers' defaults; --amp is forced on so the CPU runs it too.
     flags = ["--synthetic-size", "48", "--image-size", "8"]
-    if COMBINATIONS.index((amp, optimizer, scheduler)) >= len(OTHER_ANSWERS["num_workers"]):
+    if COMBINATIONS.index((amp, optimizer, scheduler)) >= len(OTHER_ANSWERS["workers"]):
         flags += ["--workers", "0"]  # worker processes are slow to start; a few runs suffice
     if amp != "off":
         flags += ["--amp", amp]

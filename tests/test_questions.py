@@ -45,9 +45,9 @@ BAD_ANSWERS = {
     "package name uppercase": ({"package_name": "MyNet"}, "(got 'MyNet')"),
     "package name empty": ({"package_name": ""}, IDENTIFIER),
     "project name blank": ({"project_name": "   "}, "project_name must not be empty"),
-    "num_workers negative": (
-        {"num_workers": -1},
-        "num_workers must be an integer >= 0 (got -1)",
+    "workers negative": (
+        {"workers": -1},
+        "workers must be an integer >= 0 (got -1)",
     ),
     "batch_size 0": ({"batch_size": 0}, "batch_size must be an integer >= 1 (got 0)"),
     "epochs 0": ({"epochs": 0}, "epochs must be an integer >= 1 (got 0)"),
@@ -162,7 +162,7 @@ def test_good_answers_are_accepted(template, tmp_path):
         "scheduler": "cyclic",
         "distributed": "single",
         "logger": "tensorboard",
-        "num_workers": 0,
+        "workers": 0,
         "batch_size": 1,
         "epochs": 1,
         "lr": 100.0,
@@ -182,8 +182,8 @@ def test_good_answers_are_accepted(template, tmp_path):
 
 
 def test_just_inside_the_bounds_is_accepted(template, tmp_path):
-    dest = copy(template, tmp_path / "project", lr=1e-6, label_smoothing=0.999, num_workers=0)
+    dest = copy(template, tmp_path / "project", lr=1e-6, label_smoothing=0.999, workers=0)
     recorded = recorded_answers(dest)
     assert recorded["lr"] == 1e-6
     assert recorded["label_smoothing"] == 0.999
-    assert recorded["num_workers"] == 0
+    assert recorded["workers"] == 0

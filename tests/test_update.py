@@ -8,36 +8,26 @@ from __future__ import annotations
 
 import subprocess
 
-import copier
 import pytest
 
-from tests.helpers import run, snapshot_template
+from tests.helpers import (
+    assert_no_conflicts,
+    commit_all,
+    render_release,
+    snapshot_template,
+    tag_release,
+    update,
+)
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Test",
-    "GIT_AUTHOR_EMAIL": "test@example.com",
-    "GIT_COMMITTER_NAME": "Test",
-    "GIT_COMMITTER_EMAIL": "test@example.com",
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-}
-
-
-def git(cwd, *args) -> str:
-    return run("git", *args, cwd=cwd, env=GIT_ENV).stdout
-
-
-def commit_all(cwd, message: str) -> None:
-    git(cwd, "add", "-A")
-    git(cwd, "commit", "-q", "-m", message)
+# Later than v0.2.0, whose migrations (copier.yml) do not concern these tests.
+OLD, NEW = "v0.3.0", "v0.4.0"
 
 
 @pytest.fixture(scope="module")
 def template_repo(tmp_path_factory):
-    """v0.1.0 is the working tree; v0.2.0 changes a default and adds a line to a docstring."""
+    """OLD is the working tree; NEW changes a default and adds a line to a docstring."""
     repo = snapshot_template(tmp_path_factory.mktemp("repo"))
-    git(repo, "init", "-q", "-b", "main")
-    commit_all(repo, "v0.1.0")
-    git(repo, "tag", "v0.1.0")
+    tag_release(repo, OLD)
     train = repo / "template/train.py.jinja"
     text = train.read_text()
     assert '        default=50,\n        help="optimizer steps between' in text
@@ -53,46 +43,12 @@ def template_repo(tmp_path_factory):
             '"""A multilayer perceptron. Flatten, one hidden layer:',
         )
     )
-    commit_all(repo, "v0.2.0: log more often")
-    git(repo, "tag", "v0.2.0")
+    tag_release(repo, NEW)
     return repo
 
 
 def render_old(template_repo, dest, **answers):
-    copier.run_copy(
-        str(template_repo),
-        dest,
-        data={"package_name": "proj", **answers},
-        defaults=True,
-        unsafe=True,
-        quiet=True,
-        vcs_ref="v0.1.0",
-    )
-    git(dest, "init", "-q", "-b", "main")
-    commit_all(dest, "rendered")
-    return dest
-
-
-def update(dest, **answers):
-    copier.run_update(
-        dest,
-        data=answers,
-        defaults=True,
-        overwrite=True,
-        unsafe=True,
-        quiet=True,
-        conflict="inline",
-    )
-
-
-def assert_no_conflicts(project):
-    for path in project.rglob("*"):
-        if ".git" in path.parts or not path.is_file():
-            continue
-        assert path.suffix != ".rej", path
-        text = path.read_text(errors="replace")
-        for marker in ("<<<<<<< ", "\n=======\n", ">>>>>>> "):
-            assert marker not in text, f"conflict marker in {path}"
+    return render_release(template_repo, dest, OLD, **answers)
 
 
 def users_edits(project):
@@ -122,7 +78,7 @@ def users_edits(project):
 
 def test_update_keeps_edits_and_brings_the_change(template_repo, tmp_path):
     project = render_old(template_repo, tmp_path / "p")
-    assert "_commit: v0.1.0" in (project / ".copier-answers.yml").read_text()
+    assert f"_commit: {OLD}" in (project / ".copier-answers.yml").read_text()
     assert "_src_path:" in (project / ".copier-answers.yml").read_text()
     users_edits(project)
     update(project)
@@ -135,7 +91,7 @@ def test_update_keeps_edits_and_brings_the_change(template_repo, tmp_path):
     assert '"""A multilayer perceptron.' in models  # the template's change, same file
     assert (project / "notes.md").read_text() == "# Our notes\n"
     assert not (project / "tests/test_models.py").exists()  # deleted stays deleted
-    assert "_commit: v0.2.0" in (project / ".copier-answers.yml").read_text()
+    assert f"_commit: {NEW}" in (project / ".copier-answers.yml").read_text()
 
 
 def test_changing_an_answer_rerenders_and_keeps_edits(template_repo, tmp_path):

@@ -1,8 +1,13 @@
-"""No leftovers of a `copier update` that did not merge cleanly."""
+"""No leftovers of a `copier update` that did not merge cleanly.
+
+Run by pytest with the other tests, and as a pre-commit hook (.pre-commit-config.yaml):
+`python tests/test_no_conflicts.py` lists the files with conflict markers or rejected
+hunks and exits with status 1, so that they cannot be committed by mistake."""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +34,7 @@ def project_files() -> Iterator[Path]:
             yield Path(folder, name)
 
 
-def test_no_conflict_markers():
+def conflicted_files() -> list[str]:
     conflicted = []
     for path in project_files():
         try:
@@ -38,9 +43,26 @@ def test_no_conflict_markers():
             continue  # not text
         if any(line.startswith(MARKERS) or line == SEPARATOR for line in lines):
             conflicted.append(str(path.relative_to(ROOT)))
+    return conflicted
+
+
+def rejected_files() -> list[str]:
+    return [str(p.relative_to(ROOT)) for p in project_files() if p.suffix == ".rej"]
+
+
+def test_no_conflict_markers():
+    conflicted = conflicted_files()
     assert not conflicted, f"unresolved merge conflicts in: {', '.join(conflicted)}"
 
 
 def test_no_rejected_hunks():
-    rejected = [str(p.relative_to(ROOT)) for p in project_files() if p.suffix == ".rej"]
+    rejected = rejected_files()
     assert not rejected, f"copier update left rejected changes in: {', '.join(rejected)}"
+
+
+if __name__ == "__main__":
+    problems = [f"{name}: unresolved merge conflict" for name in conflicted_files()]
+    problems += [f"{name}: rejected changes of copier update" for name in rejected_files()]
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    sys.exit(1 if problems else 0)
