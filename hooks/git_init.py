@@ -2,7 +2,8 @@
 
 Puts the rendered project under git with one commit, so that `copier update` (which needs a
 clean git work tree) works from day one. It changes nothing when the project is already
-inside a git work tree, and leaves the commit to the user when git has no identity set.
+inside a git work tree, and leaves the commit to the user when git cannot commit (no
+identity set, say).
 """
 
 from __future__ import annotations
@@ -25,14 +26,14 @@ def main() -> int:
         return 0
     git("init", "--quiet")
     git("add", "--all")
-    if not git("config", "user.email", check=False).stdout.strip():
+    message = "Project rendered from copier-torch-train"
+    if git("commit", "--quiet", "--no-verify", "-m", message, check=False).returncode != 0:
         print(
-            "git_init: created the repository and staged the files; set git's user.name "
-            "and user.email, then commit",
+            "git_init: created the repository and staged the files, but git could not commit "
+            "(is user.name and user.email set?); commit them yourself",
             file=sys.stderr,
         )
         return 0
-    git("commit", "--quiet", "--no-verify", "-m", "Project rendered from copier-torch-train")
     print("git_init: created the repository with a first commit", file=sys.stderr)
     return 0
 

@@ -1,0 +1,121 @@
+"""`copier update` across the migrations of v0.2.0 (copier.yml's _migrations, hooks/migrate.py).
+
+v0.1.0 is rebuilt from the working tree as it was before those changes: the question
+`workers` was called `num_workers`, and the rendered conflict check lived in
+tests/test_project_files.py, without its docstring paragraph and its command-line use."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import pytest
+
+from tests.helpers import (
+    assert_no_conflicts,
+    commit_all,
+    render_release,
+    run,
+    snapshot_template,
+    tag_release,
+    update,
+)
+
+OLD_CHECK, NEW_CHECK = "tests/test_project_files.py", "tests/test_no_conflicts.py"
+
+
+def as_v0_1_0(repo):
+    """Undo, in a copy of the working tree, what v0.2.0 renamed and moved."""
+    config = repo / "copier.yml"
+    text = config.read_text()
+    for new, old in (
+        ("\nworkers:\n", "\nnum_workers:\n"),
+        ("{% if workers < 0 %}workers must", "{% if num_workers < 0 %}num_workers must"),
+        ("(got {{ workers }})", "(got {{ num_workers }})"),
+    ):
+        assert text.count(new) == 1, new
+        text = text.replace(new, old)
+    config.write_text(text)
+    for path in (repo / "template").rglob("*.jinja"):
+        path.write_text(path.read_text().replace("{{ workers }}", "{{ num_workers }}"))
+    check = (repo / "template" / NEW_CHECK).read_text()
+    first_line, _, rest = check.partition("\n\nRun by pytest")
+    body = rest[rest.index('"""') + 3 :]
+    body = body[: body.index('\n\nif __name__ == "__main__":')] + "\n"
+    (repo / "template" / NEW_CHECK).unlink()
+    (repo / "template" / OLD_CHECK).write_text(first_line + '"""' + body)
+
+
+@pytest.fixture(scope="module")
+def template_repo(tmp_path_factory):
+    repo = snapshot_template(tmp_path_factory.mktemp("repo"))
+    as_v0_1_0(repo)
+    tag_release(repo, "v0.1.0")
+    shutil.rmtree(repo / "template")
+    shutil.rmtree(repo / "hooks")
+    snapshot_template(repo)  # the working tree again
+    tag_release(repo, "v0.2.0")
+    return repo
+
+
+def old_project(template_repo, tmp_path):
+    project = render_release(template_repo, tmp_path / "p", "v0.1.0", num_workers=2)
+    assert "num_workers: 2" in (project / ".copier-answers.yml").read_text()
+    assert (project / OLD_CHECK).is_file() and not (project / NEW_CHECK).exists()
+    return project
+
+
+def test_renamed_answer_and_moved_file_keep_the_users_edits(template_repo, tmp_path):
+    project = old_project(template_repo, tmp_path)
+    check = project / OLD_CHECK
+    check.write_text(check.read_text().replace('{"runs", "data",', '{"runs", "data", "outputs",'))
+    train = project / "train.py"
+    train.write_text(train.read_text().replace('default="runs/default"', 'default="runs/ours"'))
+    commit_all(project, "our edits")
+
+    update(project)
+
+    assert_no_conflicts(project)
+    answers = (project / ".copier-answers.yml").read_text()
+    assert "workers: 2" in answers and "num_workers" not in answers
+    assert "_commit: v0.2.0" in answers
+    train_text = train.read_text()
+    assert 'default="runs/ours"' in train_text  # the user's edit
+    assert "default=2,\n" in train_text  # the answer, carried over under its new name
+    assert not check.exists()
+    moved = (project / NEW_CHECK).read_text()
+    assert '"outputs"' in moved  # the user's edit, moved with the file
+    assert 'if __name__ == "__main__":' in moved  # and the template's change to it
+    run(sys.executable, NEW_CHECK, cwd=project)  # the check itself, clean
+
+
+def test_a_deleted_file_stays_deleted_under_its_new_name(template_repo, tmp_path):
+    project = old_project(template_repo, tmp_path)
+    (project / OLD_CHECK).unlink()
+    commit_all(project, "we do not want this test")
+    update(project)
+    assert not (project / OLD_CHECK).exists() and not (project / NEW_CHECK).exists()
+
+
+def test_an_unedited_file_is_simply_moved(template_repo, template, tmp_path):
+    project = old_project(template_repo, tmp_path)
+    update(project)
+    assert not (project / OLD_CHECK).exists()
+    expected = (template / "template" / NEW_CHECK).read_text()
+    assert (project / NEW_CHECK).read_text() == expected
+
+
+def test_conflicting_edits_are_marked_and_fail_the_projects_check(template_repo, tmp_path):
+    project = old_project(template_repo, tmp_path)
+    check = project / OLD_CHECK
+    text = check.read_text()
+    first_line = text.splitlines()[0]
+    check.write_text(text.replace(first_line, '"""Our own words for this check."""', 1))
+    commit_all(project, "our docstring")
+    update(project)
+    moved = (project / NEW_CHECK).read_text()
+    assert "<<<<<<< after updating" in moved and ">>>>>>> your edits of" in moved
+    assert "Our own words" in moved and "Run by pytest" in moved  # both sides kept
+    # The check cannot even be imported with markers in it: it fails, showing them.
+    result = run(sys.executable, NEW_CHECK, cwd=project, check=False)
+    assert result.returncode == 1 and "<<<<<<< after updating" in result.stderr
