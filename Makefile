@@ -1,15 +1,18 @@
 # make demo   render the template with its default answers into demo/ and train it
 # make test   the whole test suite (what CI runs)
-# Both install what they need into .venv first, on a machine with Python 3.10+ and git.
+# make bench  the CPU benchmarks (bench/README.md); writes bench/RESULTS.md
+# All install what they need into .venv first, on a machine with Python 3.10+ and git.
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
+BENCH_READY := $(VENV)/.bench-ready
+BENCH_FLAGS ?=
 DEMO_EPOCHS ?= 4
 JOBS ?= 2
 
-.PHONY: demo test test-quick lint clean
+.PHONY: demo test test-quick lint bench bench-quick clean
 
 $(READY): requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +30,22 @@ test: $(READY)
 # Everything but the tests marked slow, for quick iterations.
 test-quick: $(READY)
 	$(BIN)/python -m pytest -n $(JOBS) -m "not slow"
+
+# Bench-only dependencies (Lightning, scikit-learn) into the same .venv, torch held at the
+# installed release so that pip cannot swap it for another.
+$(BENCH_READY): $(READY) bench/requirements.txt
+	$(BIN)/python -m pip freeze | grep -E '^(torch|torchvision)==' > $(VENV)/bench-constraints.txt
+	$(BIN)/python -m pip install --quiet -r bench/requirements.txt -c $(VENV)/bench-constraints.txt
+	touch $@
+
+# Every benchmark, under 20 minutes on 2 cores, into bench/RESULTS.md. Options for
+# bench/run_all.py go in BENCH_FLAGS, e.g. make bench BENCH_FLAGS="--threads 1".
+bench: $(BENCH_READY)
+	$(BIN)/python bench/run_all.py $(BENCH_FLAGS)
+
+# Tiny sizes, one repeat, a minute or two: checks that every benchmark still runs.
+bench-quick: $(BENCH_READY)
+	$(BIN)/python bench/run_all.py --quick $(BENCH_FLAGS)
 
 lint: $(READY)
 	$(BIN)/ruff check tests bench

@@ -1,0 +1,185 @@
+"""Data pipeline: samples/s through the rendered project's own data path, no model.
+
+    python bench/data_pipeline.py [--quick] [--repeats N]
+
+Two sources, each loaded by the rendered package's build_dataset and build_loaders from
+train.py's own parsed flags and then through its DeviceBatches (copy to the device,
+normalise), exactly as train_one_epoch receives them; the consumer does nothing else:
+
+  - an image folder of JPEGs written here (64x64, 10 classes; `--data imagefolder
+    --image-size 32`: decode, random resized crop, flip, per-sample seeding);
+  - the built-in synthetic set held in memory (32x32: random crop with padding, flip),
+    also through the on-device path (`--data-on-device on`: whole batches shuffled and
+    augmented where the model is; on a CPU that is main memory). It applies to in-memory
+    sets only (synthetic, CIFAR, MNIST), not to image folders.
+
+Loader settings: 0, 1 and 2 worker processes (capped by the CPUs available, as train.py
+does), and, on CUDA, pinned memory on (what build_loaders chooses there) and off. Pinning
+needs CUDA; on a machine without it those rows say n/a.
+
+Each configuration loads two epochs and the second is timed (workers are persistent, so
+their start-up falls in the first). Every repeat measures all configurations, in an order
+rotated from one repeat to the next; the ratio is a configuration's samples/s over the
+same repeat's 0-worker samples/s for the same source, reported as the median and min-max
+over repeats. Above 1.00 a configuration loads faster than the 0-worker baseline.
+
+One extra row per source is an experiment, not the template's code: SeededSamples
+seeding each sample with the CPU generator only (`torch.default_generator.manual_seed`)
+instead of `torch.manual_seed`, which also queues a seed for every lazily initialised
+accelerator and costs far more than the seeding itself where CUDA is not initialised
+(CPU-only machines, and loader workers everywhere).
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common  # noqa: E402
+
+
+def write_jpegs(root: Path, train: int, val: int, size: int = 64) -> None:
+    """`root/{train,val}/<class>/*.jpg`: smooth random colour patterns with noise."""
+    import torch
+    import torch.nn.functional as F
+    from PIL import Image
+
+    gen = torch.Generator().manual_seed(0)
+    patterns = F.interpolate(torch.rand(10, 3, 4, 4, generator=gen), size=size, mode="bilinear")
+    for split, count in (("train", train), ("val", val)):
+        for n in range(count):
+            label = n % 10
+            image = patterns[label] + 0.15 * torch.randn(3, size, size, generator=gen)
+            array = image.clamp(0, 1).mul(255).byte().permute(1, 2, 0).numpy()
+            folder = root / split / f"class{label}"
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(array).save(folder / f"{n:05d}.jpg", quality=90)
+
+
+def cpu_seeded(self, key):
+    """SeededSamples.__getitem__ seeding the CPU generator only (the experiment row)."""
+    import torch
+
+    index, seed = key
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(seed)
+        return self.dataset[index]
+
+
+def measure(project: common.Project, flags: list[str], pin: bool, seeding: str) -> float:
+    """samples/s of the second of two epochs through build_loaders + DeviceBatches."""
+    import torch
+
+    data, utils = project.data, project.utils
+    args = project.args(*flags)
+    device = utils.pick_device(args.device)
+    train_set, val_set, info = data.build_dataset(args)
+    workers = min(args.workers, utils.cpu_count())
+    loader, _, sampler = data.build_loaders(train_set, val_set, info, args, workers, device)
+    if not pin and hasattr(loader, "pin_memory"):
+        loader.pin_memory = False
+    batches = data.DeviceBatches(info, device, args.channels_last)
+    original = data.SeededSamples.__getitem__
+    if seeding == "cpu":
+        data.SeededSamples.__getitem__ = cpu_seeded
+    try:
+        for epoch in range(2):
+            sampler.set_epoch(epoch)
+            seen = 0
+            start = time.perf_counter()
+            for _images, targets in batches(loader):
+                seen += targets.numel()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # the last batch has reached the device
+            seconds = time.perf_counter() - start
+    finally:
+        data.SeededSamples.__getitem__ = original
+    del batches, loader  # ends persistent workers
+    return seen / seconds
+
+
+def main(argv: list[str] | None = None) -> str:
+    import torch
+
+    options = common.parser(__doc__).parse_args(argv)
+    repeats = options.repeats or (1 if options.quick else 3)
+    jpegs, synthetic = (512, 1024) if options.quick else (1536, 2048)
+    cuda = torch.cuda.is_available()
+    common_flags = ["--batch-size", "128", "--seed", "0", "--device", "auto"]
+    with common.workdir(options.keep) as work:
+        common.log(f"data pipeline: writing {jpegs} JPEGs, rendering the default project")
+        write_jpegs(work / "images", jpegs, 64)
+        project = common.Project(common.render(work / "default"))
+        sources = {
+            "JPEG image folder, 64x64 -> 32x32": [
+                "--data", "imagefolder", "--data-dir", str(work / "images"),
+                "--image-size", "32",
+            ],
+            "synthetic set in memory, 32x32": [
+                "--data", "synthetic", "--synthetic-size", str(synthetic),
+                "--data-on-device", "off",
+            ],
+        }  # fmt: skip
+        # (source, row label, extra flags, pinned, seeding); the first row of a source is
+        # its baseline.
+        configs = []
+        for source, flags in sources.items():
+            for workers in (0, 1, 2):
+                label = f"{workers} workers" if workers != 1 else "1 worker"
+                configs.append((source, label, [*flags, "--workers", str(workers)], True, "as"))
+                if cuda:
+                    configs.append(
+                        (source, f"{label}, pinned memory off",
+                         [*flags, "--workers", str(workers)], False, "as")
+                    )  # fmt: skip
+            configs.append(
+                (source, "0 workers, CPU-only seeding (experiment)",
+                 [*flags, "--workers", "0"], True, "cpu")
+            )  # fmt: skip
+            if "synthetic" in source:
+                on_device = [*flags[:-1], "on", "--workers", "0"]
+                configs.append(
+                    (source, "on-device path (--data-on-device on)", on_device, True, "as")
+                )
+        results: dict[tuple[str, str], list[float]] = {}
+        try:
+            for r in range(repeats):
+                shift = r % len(configs)
+                for source, label, flags, pin, seeding in configs[shift:] + configs[:shift]:
+                    speed = measure(project, [*common_flags, *flags], pin, seeding)
+                    results.setdefault((source, label), []).append(speed)
+                    common.log(f"  repeat {r + 1}/{repeats}: {source}, {label}: {speed:.0f}/s")
+        finally:
+            project.close()
+
+    rows = []
+    for source in sources:
+        labels = [label for s, label, *_ in configs if s == source]
+        baseline = results[(source, labels[0])]
+        for label in labels:
+            speeds = results[(source, label)]
+            ratios = [s / b for s, b in zip(speeds, baseline, strict=True)]
+            rows.append(
+                [source, label, f"{statistics.median(speeds):.0f}", common.ratio_cell(ratios)]
+            )
+        if not cuda:
+            rows.append([source, "pinned memory on / off", "n/a", "n/a (needs CUDA)"])
+    device = torch.cuda.get_device_name() if cuda else "CPU (no CUDA: pinning does not apply)"
+    return "\n\n".join(
+        [
+            "### Data pipeline: the rendered data path alone",
+            f"Device: {device}. Ratio to the same source's 0-worker samples/s in the same "
+            f"repeat, median (min–max) over {repeats} repeats; samples/s are medians, for "
+            "context only.",
+            common.table(["source", "loader", "samples/s", "ratio to 0 workers"], rows),
+            "No target: this table says which loader settings pay on this machine.",
+        ]
+    )
+
+
+if __name__ == "__main__":
+    print(main())
