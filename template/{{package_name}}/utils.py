@@ -50,6 +50,21 @@ def float_in(low: float, high: float = float("inf"), *, low_open: bool = False):
     return parse
 
 
+def or_auto(parse):
+    """A flag type that takes what `parse` takes, or the word auto (found at run time)."""
+
+    def parse_or_auto(text: str):
+        if text == "auto":
+            return text
+        try:
+            return parse(text)
+        except argparse.ArgumentTypeError as error:
+            wanted = str(error).split(", got ")[0]  # "must be a number > 0"
+            raise argparse.ArgumentTypeError(f"{wanted} or auto, got {text!r}") from None
+
+    return parse_or_auto
+
+
 def cpu_count() -> int:
     """CPUs this process may run on (respects taskset, cgroups' affinity)."""
     try:
