@@ -1,0 +1,229 @@
+"""The rendered project's finders: the learning-rate sweep (--find-lr, --lr auto) and the
+batch-size search (--batch-size auto), checked against real training and a real memory
+limit."""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+import sys
+
+import pytest
+import torch
+
+from tests.helpers import inside, render, run, train
+from tests.test_resume import same_training
+
+PY = sys.executable
+# An MLP on 8x8 images, with the training set kept as one tensor: a few ms a step on a CPU.
+FAST = ["--model", "mlp", "--image-size", "8", "--synthetic-size", "1024", "--batch-size", "32"]
+FAST += ["--workers", "0", "--device", "cpu", "--data-on-device", "on"]
+# Fixed grids of constant learning rates, a quarter of a decade apart, around each
+# optimizer's best for FAST (the test checks that the best is inside, not at an end).
+GRIDS = {
+    "sgd": [0.01, 0.0178, 0.0316, 0.0562, 0.1],
+    "adamw": [0.001, 0.00178, 0.00316, 0.00562, 0.01],
+}
+
+
+@pytest.fixture(scope="module")
+def projects(template, tmp_path_factory):
+    """Constant schedules (a grid of constant learning rates means something), reference
+    batch 16; rendered when first asked for."""
+    made = {}
+
+    def get(optimizer: str):
+        if optimizer not in made:
+            dest = tmp_path_factory.mktemp(optimizer) / "p"
+            made[optimizer] = render(
+                template, dest, optimizer=optimizer, scheduler="constant", batch_size=16
+            )
+        return made[optimizer]
+
+    return get
+
+
+def main(project, *flags: str) -> None:
+    """Run the project's train.py in this process, as `python train.py FLAGS` would."""
+    with inside(project):
+        sys.argv = ["train.py", *map(str, flags)]
+        runpy.run_path("train.py", run_name="__main__")
+
+
+def suggested_lr(output: str) -> float:
+    return float(re.search(r"suggested lr (\S+)", output).group(1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer", GRIDS)
+def test_suggested_lr_is_within_3x_of_the_best_constant_lr(projects, optimizer, capsys):
+    project = projects(optimizer)
+    out = project / "runs" / "find"
+    main(project, *FAST, "--find-lr", "--out-dir", out)
+    suggestion = suggested_lr(capsys.readouterr().out)
+    lines = (out / "lr_find.csv").read_text().splitlines()
+    assert lines[0] == "lr,loss,smoothed_loss" and len(lines) > 30
+    written = sorted(path.name for path in out.iterdir())
+    assert written in (["lr_find.csv"], ["lr_find.csv", "lr_find.png"])  # and nothing trained
+
+    final_loss = {}
+    for lr in GRIDS[optimizer]:  # 256 steps at each, as one would try them by hand
+        flags = ["--lr", str(lr), "--warmup-steps", "0", "--epochs", "8", "--fresh"]
+        final_loss[lr] = train(project, *FAST, *flags)[-1]["train_loss"]
+    best = min(final_loss, key=final_loss.get)
+    report = f"suggested {suggestion}, final training losses {final_loss}"
+    assert best not in (GRIDS[optimizer][0], GRIDS[optimizer][-1]), f"grid too narrow: {report}"
+    assert best / 3 <= suggestion <= best * 3, report
+
+
+def test_sweep_leaves_the_model_and_the_random_state_alone(projects, tmp_path):
+    seen = {}
+    with inside(projects("sgd")):
+        import train
+
+        real_find_lr = train.find_lr
+
+        def watched(model, *rest):
+            weights = {k: v.clone() for k, v in model.state_dict().items()}
+            rng = torch.get_rng_state()
+            seen["sweep"] = real_find_lr(model, *rest)
+            state = model.state_dict()
+            seen["model unchanged"] = all(torch.equal(weights[k], state[k]) for k in weights)
+            seen["rng unchanged"] = torch.equal(rng, torch.get_rng_state())
+            return seen["sweep"]
+
+        train.find_lr = watched
+        # A ResNet, so that BatchNorm statistics are among what must not change.
+        flags = [*FAST, "--model", "resnet_small", "--find-lr", "--find-lr-steps", "20"]
+        train.main([*flags, "--out-dir", str(tmp_path)])
+    assert seen["model unchanged"] and seen["rng unchanged"]
+    assert len(set(seen["sweep"].losses)) > 1  # the copy did train
+
+
+@pytest.mark.parametrize("scheduler", ["warmup_cosine", "onecycle"])
+def test_lr_auto_is_the_peak_of_the_schedule(template, tmp_path, scheduler, capsys):
+    project = render(template, tmp_path / "p", scheduler=scheduler)
+    train(project, *FAST, "--lr", "auto", "--epochs", "1")
+    suggestion = suggested_lr(capsys.readouterr().out)
+    checkpoint = torch.load(project / "runs/test/last.pt", weights_only=True)
+    assert checkpoint["args"]["lr"] == suggestion
+    if scheduler == "onecycle":
+        group = checkpoint["optimizer"]["param_groups"][0]
+        assert group["max_lr"] == suggestion
+        assert group["initial_lr"] == pytest.approx(suggestion / checkpoint["args"]["div_factor"])
+    else:
+        assert checkpoint["scheduler"]["base_lrs"] == [suggestion, suggestion]
+
+
+def test_resume_reuses_the_batch_size_and_lr_found_at_the_start(projects, capsys):
+    project = projects("sgd")
+    flags = [*FAST, "--deterministic", "--lr", "auto", "--batch-size", "auto"]
+    flags += ["--max-batch-size", "64", "--fresh"]
+    done, resumed = project / "runs/done", project / "runs/resumed"
+    main(project, *flags, "--epochs", "2", "--out-dir", done)
+    first = capsys.readouterr().out
+    assert "batch size finder: 64 fit" in first  # 16, 32 and 64 tried, 64 is the cap
+    main(project, *flags, "--epochs", "1", "--out-dir", resumed)
+    capsys.readouterr()
+    main(project, *[f for f in flags if f != "--fresh"], "--epochs", "2", "--out-dir", resumed)
+    again = capsys.readouterr().out
+    assert "resumed from" in again and "finder" not in again
+    checkpoint = torch.load(resumed / "last.pt", weights_only=True)
+    assert checkpoint["args"]["batch_size"] == 64
+    assert checkpoint["args"]["lr"] == suggested_lr(first)  # no linear scaling with lr auto
+    same_training(done / "last.pt", resumed / "last.pt")
+
+
+BAD_FLAGS = {
+    "lr": (["--lr", "fast"], "argument --lr: must be a number > 0 or auto, got 'fast'"),
+    "batch size": (
+        ["--batch-size", "big"],
+        "argument --batch-size: must be an integer >= 1 or auto, got 'big'",
+    ),
+    "sweep range": (["--find-lr-end", "1e-9"], "argument --find-lr-end: must be more than"),
+}
+
+
+@pytest.mark.parametrize("flags,message", BAD_FLAGS.values(), ids=BAD_FLAGS.keys())
+def test_bad_finder_flags_are_one_line(projects, capsys, flags, message):
+    with inside(projects("sgd")):
+        import train
+
+        with pytest.raises(SystemExit) as exit_info:
+            train.main(flags)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+# Runs train.py with a real limit on the process's data memory (RLIMIT_DATA: heap and private
+# writable mappings, where tensors on the CPU live; not the mapped code of the CUDA libraries
+# that RLIMIT_AS would count) while it searches for the batch size. The limit is measured, not
+# guessed: once a step at the reference batch has brought up what training holds (thread
+# pools, allocator arenas, kernel caches), the process gets BUDGET MiB more than it then uses.
+# The limit is lifted for training: on a CPU, oneDNN's kernel cache and glibc's heap keep
+# memory from the search that a GPU's caching allocator would give back.
+LIMITED_RUN = """
+import resource, sys
+sys.path.insert(0, ".")
+import train
+from proj.finders import trains
+
+def data_mib():
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmData:")) >> 10
+
+budget, flags = int(sys.argv[1]), sys.argv[2:]
+search = train.find_batch_size
+
+def search_with_limit(model, args, info, device, reference, cap, *rest):
+    trains(model, reference, args, info, device, *rest)
+    unlimited = resource.getrlimit(resource.RLIMIT_DATA)
+    resource.setrlimit(resource.RLIMIT_DATA, ((data_mib() + budget) << 20, unlimited[1]))
+    try:
+        return search(model, args, info, device, reference, cap, *rest)
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, unlimited)
+
+train.find_batch_size = search_with_limit
+train.main([*flags, "--batch-size", "auto", "--out-dir", "runs/limited"])
+"""
+BUDGET = 100  # MiB: a ResNet step takes about 70 more on 128 images of 16x16, 125 on 256
+# The ResNet on 16x16 images, up to 512 of them a batch; --lr 0.01 for batch 16.
+MEMORY = ["--model", "resnet_small", "--image-size", "16", "--synthetic-size", "512"]
+MEMORY += ["--max-batch-size", "512", "--lr", "0.01", "--epochs", "1", "--workers", "0"]
+MEMORY += ["--device", "cpu", "--data-on-device", "on", "--fresh"]
+
+
+def found(output: str) -> tuple[int, float]:
+    """The batch size and learning rate that the batch size finder's line reports, after
+    checking its linear scaling: lr = 0.01 x batch / 16."""
+    match = re.search(r"batch (\d+) per process, lr 0.01 x (\d+)/16 = (\S+)", output)
+    assert match, output
+    batch, lr = int(match.group(1)), float(match.group(3))
+    assert int(match.group(2)) == batch and lr == pytest.approx(0.01 * batch / 16)
+    return batch, lr
+
+
+@pytest.mark.slow
+def test_batch_size_auto_stops_at_a_real_memory_limit_and_scales_the_lr(projects, capsys):
+    project = projects("sgd")  # reference batch 16
+    # No limit: the search ends at the cap, and the learning rate grows with the batch.
+    main(project, *MEMORY, "--batch-size", "auto", "--out-dir", project / "runs/free")
+    output = capsys.readouterr().out
+    assert "batch size finder: 512 fit, the most allowed" in output
+    assert found(output) == (512, 0.01 * 512 / 16)
+    checkpoint = torch.load(project / "runs/free/last.pt", weights_only=True)
+    assert (checkpoint["args"]["batch_size"], checkpoint["args"]["lr"]) == (512, 0.01 * 512 / 16)
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # as this process: tests run two at a time
+    result = run(PY, "-c", LIMITED_RUN, BUDGET, *MEMORY, cwd=project, env=env)
+    lines = [x for x in result.stdout.splitlines() if x.startswith("batch size finder")]
+    assert len(lines) == 1, result.stdout
+    line = lines[0]
+    largest, failed = map(int, re.search(r"(\d+) fit, (\d+) ran out of memory", line).groups())
+    batch, lr = found(line)
+    assert failed == 2 * largest <= 512 and batch == largest // 2, line
+    checkpoint = torch.load(project / "runs/limited/last.pt", weights_only=True)
+    assert (checkpoint["args"]["batch_size"], checkpoint["args"]["lr"]) == (batch, lr)
