@@ -138,11 +138,11 @@ def main(argv: list[str] | None = None) -> str:
                     rows = project.main(*flags, *out)
                     return statistics.harmonic_mean([r["samples_per_s"] for r in rows][1:])
 
-                def lightning(flags=flags) -> float:
+                def with_lightning(flags=flags) -> float:
                     speeds = lightning_run(project, project.args(*flags))
                     return statistics.harmonic_mean(speeds[1:])
 
-                pairs = common.interleave(rendered, lightning, repeats, label)
+                pairs = common.interleave(rendered, with_lightning, repeats, label)
                 ratios = [a / b for a, b in pairs]
                 medians.append(statistics.median(ratios))
                 rows.append(
