@@ -192,6 +192,8 @@ class NonFiniteGuard:
 
     @torch.no_grad()
     def after_step(self, bad: torch.Tensor) -> None:
+        # torch.where, not arithmetic: a bad step may have left NaN or inf behind (in the
+        # BatchNorm statistics, or in the weights when the learning rate is absurd).
         tensors = self.params + self.buffers
         for tensor, before in zip(tensors, self.params_before + self.buffers_before, strict=True):
-            tensor.copy_(torch.where(bad, before, tensor))
+            torch.where(bad, before, tensor, out=tensor)
