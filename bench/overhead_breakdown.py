@@ -13,10 +13,10 @@ the table shows medians over repeats, the first epoch of each run left out as wa
 Pieces (each removed alone, then all together):
   guard     NonFiniteGuard: start_window / before_step / after_step (copies of the
             weights and buffers, masked gradients, a torch.where per tensor)
-  autocast  the `with torch.autocast(..., enabled=False)` block around the forward pass
-  nonfinite the device-side non-finite bookkeeping: isfinite, torch.where in the loss
-            meter, bad_in_row and bad_steps sums
-  meters    the loss and sample sums kept on the device
+  autocast  the `with run["autocast"]():` block around the forward pass (a nullcontext
+            when amp resolves to off, as on a CPU)
+  nonfinite the per-step non-finite flag (isfinite) and its list for the epoch's sums
+  meters    the per-step list of losses for the epoch's sums
 and, added rather than removed, the tqdm bar drawn as in a terminal (train.py turns it off
 when stderr is not a terminal, as in these benchmarks).
 """
@@ -45,25 +45,21 @@ PIECES = {
     ],
     "autocast": [('with run["autocast"]():', "if True:")],
     "nonfinite": [
-        ("window_bad |= ~torch.isfinite(loss.detach())", "pass"),
         (
-            'meter["loss"] += torch.where(window_bad, 0.0, loss.detach()) * targets.numel()',
-            'meter["loss"] += loss.detach() * targets.numel()',
+            "bad = torch.isfinite(loss.detach()).logical_not_()",
+            "bad = window_bad = torch.zeros((), dtype=torch.bool)",
         ),
-        ('run["bad_in_row"] = (run["bad_in_row"] + 1) * window_bad', "pass"),
-        ('meter["bad_steps"] += window_bad', "pass"),
+        ("window_bad = bad", "pass"),
+        ("window_bad = window_bad | bad", "pass"),
+        ('pending["bad"].append(window_bad)', "pass"),
     ],
-    "meters": [
-        ('meter["loss"] += torch.where(window_bad, 0.0, loss.detach()) * targets.numel()', "pass"),
-        ('meter["loss"] += loss.detach() * targets.numel()', "pass"),
-        ('meter["seen"] += targets.numel()', "pass"),
-    ],
+    "meters": [('pending["losses"].append((loss.detach(), targets.numel()))', "pass")],
 }
 LABELS = {
     "rendered": "rendered train.py as is",
     "tqdm": "+ tqdm bar drawn (a terminal)",
     "guard": "− NonFiniteGuard",
-    "autocast": "− autocast(enabled=False) block",
+    "autocast": "− autocast block (a nullcontext when amp is off)",
     "nonfinite": "− non-finite bookkeeping",
     "meters": "− loss and sample meters",
     "all": "− all four",

@@ -195,3 +195,52 @@ def test_kill_9_during_checkpoint_writes_leaves_a_loadable_one(project, tmp_path
             assert torch.all(value == value[0]) and value[0] == state["i"]
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "last.pt"]
     assert all(name.startswith(".last.pt.") for name in leftovers)  # only temporary files
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "nadam"])
+def test_a_non_finite_step_leaves_model_and_optimizer_as_they_were(template, tmp_path, optimizer):
+    """SGD's fused kernel skips the step itself (told through found_inf); NAdam has none, so
+    its weights are put back from a copy. BatchNorm statistics are put back in both."""
+    import copy
+
+    import torch.nn.functional as F
+
+    project = render(template, tmp_path / "p", optimizer=optimizer)
+    with inside(project):
+        import train
+        from proj.models import build_model
+        from proj.optim import build_optimizer
+        from proj.utils import NonFiniteGuard
+
+        torch.manual_seed(0)
+        args = train.get_args_parser().parse_args([])
+        model = build_model("resnet_small", 10, 3, 8)
+        optimizer_ = build_optimizer(model, args, torch.device("cpu"))
+        guard = NonFiniteGuard(model, optimizer_)
+        images, targets = torch.randn(16, 3, 8, 8), torch.randint(10, (16,))
+
+        def step(scale: float) -> bool:
+            guard.start_window()
+            loss = F.cross_entropy(model(images * scale), targets)
+            bad = torch.isfinite(loss.detach()).logical_not_()
+            loss.backward()
+            guard.before_step(bad)
+            optimizer_.step()
+            guard.after_step(bad)
+            optimizer_.zero_grad(set_to_none=True)
+            return bool(bad)
+
+        assert not step(1.0)  # a good step first, so that the optimizer has state
+        weights = copy.deepcopy(model.state_dict())
+        state = copy.deepcopy(optimizer_.state_dict()["state"])
+        assert step(float("inf"))  # inf x 0 in the images: NaN everywhere
+        for name, tensor in model.state_dict().items():
+            assert torch.equal(tensor, weights[name]), name
+        if guard.in_kernel:  # the fused kernel did not touch its state either
+            after = optimizer_.state_dict()["state"]
+            for key, values in state.items():
+                for name, value in values.items():
+                    assert torch.equal(torch.as_tensor(after[key][name]), torch.as_tensor(value))
+        assert guard.in_kernel == (optimizer == "sgd")  # the CPU has fused SGD
+        assert not step(1.0)  # and training goes on
+        assert any(not torch.equal(t, weights[n]) for n, t in model.state_dict().items())

@@ -167,14 +167,18 @@ REQUEUE_EXIT = 75
 class NonFiniteGuard:
     """Keeps a step whose loss was not finite away from the model, without a host sync.
 
-    The floating-point buffers (BatchNorm statistics) are copied before the step's forward
-    passes and the weights before the optimizer step; a non-finite step gets zero gradients
-    and both copies back, so the model is exactly as before it (the optimizer's running
-    averages still decay by one step)."""
+    The buffers (BatchNorm statistics) are copied before the step's forward
+    passes and put back after a bad step. A fused optimizer (SGD, Adam, AdamW, Adagrad where
+    the device has the kernel) is told through `found_inf` and skips the step itself: its
+    weights and state stay exactly as they were. Any other optimizer gets zero gradients and
+    its weights put back from a copy (its running averages still decay by one step)."""
 
-    def __init__(self, model: torch.nn.Module) -> None:
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.buffers = [b for b in model.buffers() if b.dtype.is_floating_point]
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+        self.in_kernel = bool(optimizer.defaults.get("fused"))
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.params = [] if self.in_kernel else params
+        self.buffers = list(model.buffers())  # BatchNorm statistics and step counts
         self.params_before = [torch.empty_like(p) for p in self.params]
         self.buffers_before = [torch.empty_like(b) for b in self.buffers]
 
@@ -185,6 +189,9 @@ class NonFiniteGuard:
 
     @torch.no_grad()
     def before_step(self, bad: torch.Tensor) -> None:
+        if self.in_kernel:
+            self.optimizer.found_inf = bad.float()  # the fused kernel skips the step when 1
+            return
         for param in self.params:
             if param.grad is not None:
                 param.grad.masked_fill_(bad, 0.0)
