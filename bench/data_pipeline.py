@@ -7,7 +7,7 @@ train.py's own parsed flags and then through its DeviceBatches (copy to the devi
 normalise), exactly as train_one_epoch receives them; the consumer does nothing else:
 
   - an image folder of JPEGs written here (64x64, 10 classes; `--data imagefolder
-    --image-size 32`: decode, random resized crop, flip, per-sample seeding);
+    --image-size 32`: decode, resize, random crop with padding, flip, per-sample seeding);
   - the built-in synthetic set held in memory (32x32: random crop with padding, flip),
     also through the on-device path (`--data-on-device on`: whole batches shuffled and
     augmented where the model is; on a CPU that is main memory). It applies to in-memory
@@ -22,12 +22,6 @@ their start-up falls in the first). Every repeat measures all configurations, in
 rotated from one repeat to the next; the ratio is a configuration's samples/s over the
 same repeat's 0-worker samples/s for the same source, reported as the median and min-max
 over repeats. Above 1.00 a configuration loads faster than the 0-worker baseline.
-
-One extra row per source is an experiment, not the template's code: SeededSamples
-seeding each sample with the CPU generator only (`torch.default_generator.manual_seed`)
-instead of `torch.manual_seed`, which also queues a seed for every lazily initialised
-accelerator and costs far more than the seeding itself where CUDA is not initialised
-(CPU-only machines, and loader workers everywhere).
 """
 
 from __future__ import annotations
@@ -60,17 +54,7 @@ def write_jpegs(root: Path, train: int, val: int, size: int = 64) -> None:
             Image.fromarray(array).save(folder / f"{n:05d}.jpg", quality=90)
 
 
-def cpu_seeded(self, key):
-    """SeededSamples.__getitem__ seeding the CPU generator only (the experiment row)."""
-    import torch
-
-    index, seed = key
-    with torch.random.fork_rng(devices=[]):
-        torch.default_generator.manual_seed(seed)
-        return self.dataset[index]
-
-
-def measure(project: common.Project, flags: list[str], pin: bool, seeding: str) -> float:
+def measure(project: common.Project, flags: list[str], pin: bool) -> float:
     """samples/s of the second of two epochs through build_loaders + DeviceBatches."""
     import torch
 
@@ -83,21 +67,15 @@ def measure(project: common.Project, flags: list[str], pin: bool, seeding: str) 
     if not pin and hasattr(loader, "pin_memory"):
         loader.pin_memory = False
     batches = data.DeviceBatches(info, device, args.channels_last)
-    original = data.SeededSamples.__getitem__
-    if seeding == "cpu":
-        data.SeededSamples.__getitem__ = cpu_seeded
-    try:
-        for epoch in range(2):
-            sampler.set_epoch(epoch)
-            seen = 0
-            start = time.perf_counter()
-            for _images, targets in batches(loader):
-                seen += targets.numel()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)  # the last batch has reached the device
-            seconds = time.perf_counter() - start
-    finally:
-        data.SeededSamples.__getitem__ = original
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        seen = 0
+        start = time.perf_counter()
+        for _images, targets in batches(loader):
+            seen += targets.numel()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the last batch has reached the device
+        seconds = time.perf_counter() - start
     del batches, loader  # ends persistent workers
     return seen / seconds
 
@@ -124,33 +102,27 @@ def main(argv: list[str] | None = None) -> str:
                 "--data-on-device", "off",
             ],
         }  # fmt: skip
-        # (source, row label, extra flags, pinned, seeding); the first row of a source is
+        # (source, row label, extra flags, pinned); the first row of a source is
         # its baseline.
         configs = []
         for source, flags in sources.items():
             for workers in (0, 1, 2):
                 label = f"{workers} workers" if workers != 1 else "1 worker"
-                configs.append((source, label, [*flags, "--workers", str(workers)], True, "as"))
+                configs.append((source, label, [*flags, "--workers", str(workers)], True))
                 if cuda:
                     configs.append(
                         (source, f"{label}, pinned memory off",
-                         [*flags, "--workers", str(workers)], False, "as")
+                         [*flags, "--workers", str(workers)], False)
                     )  # fmt: skip
-            configs.append(
-                (source, "0 workers, CPU-only seeding (experiment)",
-                 [*flags, "--workers", "0"], True, "cpu")
-            )  # fmt: skip
             if "synthetic" in source:
                 on_device = [*flags[:-1], "on", "--workers", "0"]
-                configs.append(
-                    (source, "on-device path (--data-on-device on)", on_device, True, "as")
-                )
+                configs.append((source, "on-device path (--data-on-device on)", on_device, True))
         results: dict[tuple[str, str], list[float]] = {}
         try:
             for r in range(repeats):
                 shift = r % len(configs)
-                for source, label, flags, pin, seeding in configs[shift:] + configs[:shift]:
-                    speed = measure(project, [*common_flags, *flags], pin, seeding)
+                for source, label, flags, pin in configs[shift:] + configs[:shift]:
+                    speed = measure(project, [*common_flags, *flags], pin)
                     results.setdefault((source, label), []).append(speed)
                     common.log(f"  repeat {r + 1}/{repeats}: {source}, {label}: {speed:.0f}/s")
         finally:
