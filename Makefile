@@ -38,8 +38,10 @@ $(BENCH_READY): $(READY) bench/requirements.txt
 	$(BIN)/python -m pip install --quiet -r bench/requirements.txt -c $(VENV)/bench-constraints.txt
 	touch $@
 
-# Every benchmark, under 20 minutes on 2 cores, into bench/RESULTS.md. Options for
-# bench/run_all.py go in BENCH_FLAGS, e.g. make bench BENCH_FLAGS="--threads 1".
+# Every benchmark, under 25 minutes on 2 cores, into bench/RESULTS.md. Options for
+# bench/run_all.py go in BENCH_FLAGS; one torch thread by default, which keeps the side-by-side
+# ratios steady on a small machine (BENCH_FLAGS= for torch's own choice).
+BENCH_FLAGS ?= --threads 1
 bench: $(BENCH_READY)
 	$(BIN)/python bench/run_all.py $(BENCH_FLAGS)
 
