@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 READY := $(VENV)/.ready
 BENCH_READY := $(VENV)/.bench-ready
-BENCH_FLAGS ?=
+BENCH_FLAGS ?= --threads 1
 DEMO_EPOCHS ?= 4
 JOBS ?= 2
 
@@ -41,7 +41,6 @@ $(BENCH_READY): $(READY) bench/requirements.txt
 # Every benchmark, under 25 minutes on 2 cores, into bench/RESULTS.md. Options for
 # bench/run_all.py go in BENCH_FLAGS; one torch thread by default, which keeps the side-by-side
 # ratios steady on a small machine (BENCH_FLAGS= for torch's own choice).
-BENCH_FLAGS ?= --threads 1
 bench: $(BENCH_READY)
 	$(BIN)/python bench/run_all.py $(BENCH_FLAGS)
 

@@ -166,6 +166,20 @@ def ratio_cell(values: list[float]) -> str:
     return f"{median:.3f} ({low:.3f}–{high:.3f})"
 
 
+def pair_row(label: str, pairs: list[tuple[float, float]]) -> tuple[list[str], float]:
+    """A table row for throughputs measured in pairs (A, B): label, A's and B's median
+    samples/s, the A / B ratio cell and the number of pairs; and the median ratio."""
+    ratios = [a / b for a, b in pairs]
+    row = [
+        label,
+        f"{statistics.median(a for a, _ in pairs):.0f}",
+        f"{statistics.median(b for _, b in pairs):.0f}",
+        ratio_cell(ratios),
+        str(len(pairs)),
+    ]
+    return row, statistics.median(ratios)
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]

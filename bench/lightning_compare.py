@@ -143,17 +143,9 @@ def main(argv: list[str] | None = None) -> str:
                     return statistics.harmonic_mean(speeds[1:])
 
                 pairs = common.interleave(rendered, with_lightning, repeats, label)
-                ratios = [a / b for a, b in pairs]
-                medians.append(statistics.median(ratios))
-                rows.append(
-                    [
-                        label,
-                        f"{statistics.median(a for a, _ in pairs):.0f}",
-                        f"{statistics.median(b for _, b in pairs):.0f}",
-                        common.ratio_cell(ratios),
-                        str(len(pairs)),
-                    ]
-                )
+                row, median = common.pair_row(label, pairs)
+                rows.append(row)
+                medians.append(median)
         finally:
             project.close()
     header = ["workload", "rendered samples/s", "Lightning samples/s", "rendered / Lightning"]

@@ -97,17 +97,8 @@ def main(argv: list[str] | None = None) -> str:
                     return after_warmup(bare_loop.train(project, project.args(*flags)))
 
                 pairs = common.interleave(rendered, bare, repeats, label)
-                ratios = [a / b for a, b in pairs]
-                verdict_ratios[key] = statistics.median(ratios)
-                rows.append(
-                    [
-                        label,
-                        f"{statistics.median(a for a, _ in pairs):.0f}",
-                        f"{statistics.median(b for _, b in pairs):.0f}",
-                        common.ratio_cell(ratios),
-                        str(len(pairs)),
-                    ]
-                )
+                row, verdict_ratios[key] = common.pair_row(label, pairs)
+                rows.append(row)
         finally:
             project.close()
     header = ["workload", "rendered samples/s", "bare samples/s", "rendered / bare", "pairs"]

@@ -8,10 +8,9 @@ import shutil
 import sys
 from pathlib import Path
 
-import copier
 import pytest
 
-from tests.helpers import GIT_ENV, PACKAGE, commit_all, git, run, tag_release, update
+from tests.helpers import GIT_ENV, PACKAGE, commit_all, git, render, run, tag_release, update
 
 COPIER = Path(sys.executable).with_name("copier")
 
@@ -42,18 +41,6 @@ def copy_cli(template_repo, dest, git_config, *data):
     }
     flags = [f"--data={item}" for item in (f"package_name={PACKAGE}", *data)]
     return run(COPIER, "copy", "--trust", "--defaults", *flags, template_repo, dest, env=env)
-
-
-def copy(template_repo, dest, **answers):
-    copier.run_copy(
-        str(template_repo),
-        dest,
-        data={"package_name": PACKAGE, **answers},
-        defaults=True,
-        unsafe=True,
-        quiet=True,
-    )
-    return dest
 
 
 def test_git_init_commits_the_project_and_update_works_at_once(
@@ -104,7 +91,7 @@ def test_copy_without_trust_is_refused_with_the_reason(template_repo, tmp_path):
 
 
 def test_pre_commit_hook_refuses_conflict_markers(template_repo, tmp_path):
-    project = copy(template_repo, tmp_path / "p")
+    project = render(template_repo, tmp_path / "p")
     env = {
         **GIT_ENV,
         "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-cache"),
@@ -128,7 +115,7 @@ def test_pre_commit_hook_refuses_conflict_markers(template_repo, tmp_path):
 
 
 def test_update_into_a_committed_project_keeps_it_committable(template_repo, tmp_path):
-    project = copy(template_repo, tmp_path / "p")
+    project = render(template_repo, tmp_path / "p")
     git(project, "init", "-q", "-b", "main")
     commit_all(project, "rendered")
     update(project)
