@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import GIT_ENV, PACKAGE, commit_all, git, render, run, tag_release, update
+from tests.helpers import GIT_ENV, PACKAGE, git, render, run, tag_release, update
 
 COPIER = Path(sys.executable).with_name("copier")
 
@@ -112,11 +112,3 @@ def test_pre_commit_hook_refuses_conflict_markers(template_repo, tmp_path):
     assert result.returncode != 0
     assert "train.py: unresolved merge conflict" in result.stdout + result.stderr
     assert run("git", "log", "--format=%s", cwd=project).stdout.splitlines() == ["rendered"]
-
-
-def test_update_into_a_committed_project_keeps_it_committable(template_repo, tmp_path):
-    project = render(template_repo, tmp_path / "p")
-    git(project, "init", "-q", "-b", "main")
-    commit_all(project, "rendered")
-    update(project)
-    run(sys.executable, "tests/test_no_conflicts.py", cwd=project)
