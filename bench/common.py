@@ -35,7 +35,27 @@ def parser(description: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--repeats", type=int, default=None, help="measured pairs per row")
     parser.add_argument("--keep", type=Path, default=None, help="render into this folder")
+    parser.add_argument(
+        "--device", default="cpu", help="cpu or cuda: where both sides of every pair train"
+    )
+    parser.add_argument(
+        "--project",
+        type=Path,
+        default=None,
+        help="a project already rendered from this tree with the default answers and "
+        f"package_name {PACKAGE} (bench/render_gpu_projects.sh makes one): used instead of "
+        "rendering, for machines without Copier",
+    )
     return parser
+
+
+def default_project(options: argparse.Namespace, work: Path) -> Project:
+    """The project rendered with the default answers, or the one --project names."""
+    if options.project is not None:
+        if not (options.project / "train.py").is_file():
+            raise SystemExit(f"--project {options.project}: no train.py there")
+        return Project(options.project)
+    return Project(render(work / "default"))
 
 
 @contextlib.contextmanager

@@ -86,12 +86,12 @@ def main(argv: list[str] | None = None) -> str:
     options = common.parser(__doc__).parse_args(argv)
     repeats = options.repeats or (1 if options.quick else 3)
     jpegs, synthetic = (512, 1024) if options.quick else (1536, 2048)
-    cuda = torch.cuda.is_available()
-    common_flags = ["--batch-size", "128", "--seed", "0", "--device", "auto"]
+    cuda = options.device.startswith("cuda")
+    common_flags = ["--batch-size", "128", "--seed", "0", "--device", options.device]
     with common.workdir(options.keep) as work:
         common.log(f"data pipeline: writing {jpegs} JPEGs, rendering the default project")
         write_jpegs(work / "images", jpegs, 64)
-        project = common.Project(common.render(work / "default"))
+        project = common.default_project(options, work)
         sources = {
             "JPEG image folder, 64x64 -> 32x32": [
                 "--data", "imagefolder", "--data-dir", str(work / "images"),

@@ -1,10 +1,10 @@
 """Against Lightning: the rendered train.py and Lightning's Trainer on the same tiny workload.
 
-    python bench/lightning_compare.py [--quick] [--repeats N]
+    python bench/lightning_compare.py [--quick] [--repeats N] [--device cuda] [--project DIR]
 
 The template is rendered with its default answers and both train the tiny MLP on 8x8
-synthetic images (batch 128, float32, CPU, 0 loader workers), where the per-step cost of
-the training machinery shows most.
+synthetic images (batch 128, float32, 0 loader workers, on the CPU unless --device says
+otherwise), where the per-step cost of the training machinery shows most.
 
 How it is made fair:
   - Same everything but the loop: the LightningModule wraps the model made by the rendered
@@ -14,7 +14,7 @@ How it is made fair:
     (the on-device set, or its DataLoader with 0 workers). Batches are normalised by the
     package's DeviceBatches in training_step, as train.py does in its loop.
   - Lightning is set up the way a user would for speed: no logger, no checkpointing, no
-    progress bar, no model summary, no sanity validation, "32-true" precision on the CPU.
+    progress bar, no model summary, no sanity validation, "32-true" precision.
     train.py runs without a terminal, so its progress bar is off too, and its evaluation
     and checkpoints between epochs fall outside its clock.
   - Same clock: train.py's own samples_per_s (one train_one_epoch call); for Lightning a
@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
-BASE = ["--device", "cpu", "--workers", "0", "--batch-size", "128", "--seed", "0"]
+# float32 on both sides (Lightning's "32-true"); --device is added per run
+BASE = ["--workers", "0", "--batch-size", "128", "--seed", "0", "--amp", "off"]
 MLP = ["--model", "mlp", "--image-size", "8"]
 
 
@@ -61,7 +62,7 @@ def lightning_run(project: common.Project, args) -> list[float]:
     import torch.nn.functional as F
 
     data, utils = project.data, project.utils
-    device = torch.device("cpu")
+    device = torch.device(args.device)
     utils.seed_everything(args.seed, args.deterministic)
     train_set, val_set, info = data.build_dataset(args)
     loader, _, sampler = data.build_loaders(train_set, val_set, info, args, args.workers, device)
@@ -103,7 +104,7 @@ def lightning_run(project: common.Project, args) -> list[float]:
     with common.silenced(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer = L.Trainer(
-            accelerator="cpu",
+            accelerator=device.type,
             devices=1,
             max_epochs=args.epochs,
             precision="32-true",
@@ -128,10 +129,10 @@ def main(argv: list[str] | None = None) -> str:
     rows, medians = [], []
     with common.workdir(options.keep) as work:
         common.log("lightning: rendering the default project")
-        project = common.Project(common.render(work / "default"))
+        project = common.default_project(options, work)
         try:
             for n, (label, flags) in enumerate(workloads(options.quick)):
-                flags = [*BASE, *flags]
+                flags = [*BASE, "--device", options.device, *flags]
                 out = ["--out-dir", str(work / "runs" / str(n))]
 
                 def rendered(flags=flags, out=out) -> float:

@@ -1,9 +1,9 @@
 """Loop overhead: the rendered train.py's training loop against a bare hand-written loop.
 
-    python bench/loop_overhead.py [--quick] [--repeats N]
+    python bench/loop_overhead.py [--quick] [--repeats N] [--device cuda] [--project DIR]
 
-The template is rendered with its default answers (SGD, warmup + cosine, bf16 answer which
-resolves to float32 on a CPU) and trained with `--device cpu --workers 0` on:
+The template is rendered with its default answers (SGD, warmup + cosine) and trained in
+float32 (`--amp off`) with `--workers 0` on the CPU (or the GPU, with `--device cuda`) on:
 
   - a tiny MLP on 8x8 images: a step costs little, so the per-step overhead dominates;
   - the built-in ResNet on 32x32 images: a step costs a lot of arithmetic.
@@ -45,7 +45,8 @@ import bare_loop  # noqa: E402
 import common  # noqa: E402
 
 TARGET = 0.97
-BASE = ["--device", "cpu", "--workers", "0", "--batch-size", "128", "--seed", "0"]
+# float32 on both sides (the bare loop has no autocast); --device is added per run
+BASE = ["--workers", "0", "--batch-size", "128", "--seed", "0", "--amp", "off"]
 
 
 def workloads(quick: bool) -> list[tuple[str, str, list[str]]]:
@@ -83,10 +84,10 @@ def main(argv: list[str] | None = None) -> str:
     rows, verdict_ratios = [], {}
     with common.workdir(options.keep) as work:
         common.log("loop overhead: rendering the default project")
-        project = common.Project(common.render(work / "default"))
+        project = common.default_project(options, work)
         try:
             for key, label, flags in workloads(options.quick):
-                flags = [*BASE, *flags]
+                flags = [*BASE, "--device", options.device, *flags]
                 out = ["--out-dir", str(work / "runs" / key)]
 
                 def rendered(flags=flags, out=out) -> float:

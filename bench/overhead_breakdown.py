@@ -126,14 +126,15 @@ def main(argv: list[str] | None = None) -> str:
     size = "4096" if options.quick else "50000"
     epochs = "2" if options.quick else "3"
     flags = [
-        *["--device", "cpu", "--workers", "0", "--batch-size", "128", "--seed", "0"],
+        *["--device", options.device, "--workers", "0", "--batch-size", "128", "--seed", "0"],
+        *["--amp", "off"],  # float32, like the bare loop
         *["--model", "mlp", "--image-size", "8", "--data-on-device", "on"],
         *["--synthetic-size", size, "--epochs", epochs],
     ]
     per_step: dict[str, list[float]] = {key: [] for key in LABELS}
     with common.workdir(options.keep) as work:
         common.log("overhead breakdown: rendering the default project")
-        project = common.Project(common.render(work / "default"))
+        project = common.default_project(options, work)
         try:
             source = (project.path / "train.py").read_text()
             modules = {

@@ -1,6 +1,7 @@
 """Run every CPU benchmark and write bench/RESULTS.md (what `make bench` does).
 
-    python bench/run_all.py [--quick] [--threads N] [--output PATH]
+    python bench/run_all.py [--quick] [--threads N] [--output PATH] [--device cuda]
+                            [--project DIR] [--only SCRIPT ...]
 
 Each benchmark runs in a process of its own (so none inherits another's warm caches or
 threads) and prints a markdown section; this script puts them under a header naming the
@@ -41,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=None, help="where to write the results")
     parser.add_argument("--only", nargs="*", default=None, help="run only these scripts")
     parser.add_argument("--note", default="", help="a line for the header, e.g. on the load")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda, for every benchmark")
+    parser.add_argument(
+        "--project", type=Path, default=None, help="a project rendered already (see common.py)"
+    )
     options = parser.parse_args(argv)
     output = options.output or (
         common.ROOT / ("build/RESULTS-quick.md" if options.quick else "bench/RESULTS.md")
@@ -57,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         result = subprocess.run(
             [sys.executable, str(Path(__file__).parent / script)]
-            + (["--quick"] if options.quick else []),
+            + (["--quick"] if options.quick else [])
+            + ["--device", options.device]
+            + (["--project", str(options.project.resolve())] if options.project else []),
             stdout=subprocess.PIPE,
             text=True,
             env=env,
