@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> str:
         logging.getLogger(name).setLevel(logging.ERROR)
     rows, medians = [], []
     with common.workdir(options.keep) as work:
-        common.log("lightning: rendering the default project")
+        common.log("lightning: preparing the default project")
         project = common.default_project(options, work)
         try:
             for n, (label, flags) in enumerate(workloads(options.quick)):

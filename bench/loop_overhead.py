@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> str:
     repeats = options.repeats or (1 if options.quick else 11)
     rows, verdict_ratios = [], {}
     with common.workdir(options.keep) as work:
-        common.log("loop overhead: rendering the default project")
+        common.log("loop overhead: preparing the default project")
         project = common.default_project(options, work)
         try:
             for key, label, flags in workloads(options.quick):

@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> str:
     ]
     per_step: dict[str, list[float]] = {key: [] for key in LABELS}
     with common.workdir(options.keep) as work:
-        common.log("overhead breakdown: rendering the default project")
+        common.log("overhead breakdown: preparing the default project")
         project = common.default_project(options, work)
         try:
             source = (project.path / "train.py").read_text()

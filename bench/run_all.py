@@ -1,7 +1,7 @@
 """Run every CPU benchmark and write bench/RESULTS.md (what `make bench` does).
 
     python bench/run_all.py [--quick] [--threads N] [--output PATH] [--device cuda]
-                            [--project DIR] [--only SCRIPT ...]
+                            [--project DIR] [--repeats N] [--only SCRIPT ...]
 
 Each benchmark runs in a process of its own (so none inherits another's warm caches or
 threads) and prints a markdown section; this script puts them under a header naming the
@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="run only these scripts")
     parser.add_argument("--note", default="", help="a line for the header, e.g. on the load")
     parser.add_argument("--device", default="cpu", help="cpu or cuda, for every benchmark")
+    parser.add_argument("--repeats", type=int, default=None, help="pairs per row, for every one")
     parser.add_argument(
         "--project", type=Path, default=None, help="a project rendered already (see common.py)"
     )
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             [sys.executable, str(Path(__file__).parent / script)]
             + (["--quick"] if options.quick else [])
             + ["--device", options.device]
+            + (["--repeats", str(options.repeats)] if options.repeats else [])
             + (["--project", str(options.project.resolve())] if options.project else []),
             stdout=subprocess.PIPE,
             text=True,

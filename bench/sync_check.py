@@ -33,7 +33,7 @@ def main() -> int:
     def record(message, category, filename, lineno, file=None, line=None):
         if MESSAGE not in str(message):
             return show(message, category, filename, lineno, file, line)
-        stack = traceback.extract_stack()[:-1]
+        stack = [f for f in traceback.extract_stack()[:-1] if f.filename != warnings.__file__]
         key = tuple((frame.filename, frame.lineno) for frame in stack[-8:])
         sites.setdefault(key, [0, stack])[0] += 1
 
