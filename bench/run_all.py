@@ -83,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     header = [
         "# Benchmark results"
         + (" (quick smoke check: sizes too small to mean much)" if options.quick else ""),
-        "Written by `make bench` (bench/run_all.py); bench/README.md says what each benchmark "
-        "measures and how to read its ratios.",
+        "Written by bench/run_all.py (`make bench` on the CPU, `PART=bench bash bench/gpu.sh` "
+        "on a GPU); bench/README.md says what each benchmark measures and how to read its "
+        "ratios.",
         f"Measured {datetime.date.today().isoformat()} in "
         f"{(time.perf_counter() - started) / 60:.0f} minutes on:",
         "\n".join(f"- {name}: {value}" for name, value in info.items()),
