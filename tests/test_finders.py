@@ -135,6 +135,18 @@ def test_resume_reuses_the_batch_size_and_lr_found_at_the_start(projects, capsys
     same_training(done / "last.pt", resumed / "last.pt")
 
 
+def test_eval_only_runs_no_finder(projects, capsys):
+    project = projects("sgd")
+    weights = project / "runs" / "weights"
+    main(project, *FAST, "--epochs", "1", "--fresh", "--out-dir", weights)
+    capsys.readouterr()
+    flags = ["--eval-only", "--init-weights", weights / "last.pt", "--out-dir", weights.parent]
+    main(project, *FAST, *flags, "--lr", "auto", "--batch-size", "auto")
+    out = capsys.readouterr().out
+    assert "val_acc" in out and "finder" not in out, out
+    assert not (weights.parent / "lr_find.csv").exists()
+
+
 BAD_FLAGS = {
     "lr": (["--lr", "fast"], "argument --lr: must be a number > 0 or auto, got 'fast'"),
     "batch size": (
