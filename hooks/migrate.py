@@ -71,12 +71,21 @@ def move_file(old: str, new: str) -> None:
             str(ancestor),
             str(mine),
         )
+    # git merge-file exits with the number of conflicts (at most 127), or 255 on an error.
     if merge.returncode == 0:
         print(f"migrate: moved your edits of {old} into {new}", file=sys.stderr)
-    else:
+    elif merge.returncode < 128:
         print(
             f"migrate: {old} moved to {new}; your edits conflict with the template's and are "
             f"marked in {new}: resolve them before committing",
+            file=sys.stderr,
+        )
+    else:
+        error = merge.stderr.strip().splitlines()[-1:] or ["no message"]
+        print(
+            f"migrate: {old} moved to {new}, but your edits could not be merged into it "
+            f"(git merge-file: {error[0]}); {new} is the template's, and your {old} is still "
+            f"in git: git show HEAD:{old}",
             file=sys.stderr,
         )
 

@@ -12,8 +12,11 @@ import sys
 import pytest
 
 from tests.helpers import (
+    GIT_ENV,
+    ROOT,
     assert_no_conflicts,
     commit_all,
+    git,
     render_release,
     run,
     snapshot_template,
@@ -119,3 +122,31 @@ def test_conflicting_edits_are_marked_and_fail_the_projects_check(template_repo,
     # The check cannot even be imported with markers in it: it fails, showing them.
     result = run(sys.executable, NEW_CHECK, cwd=project, check=False)
     assert result.returncode == 1 and "<<<<<<< after updating" in result.stderr
+
+
+def test_a_move_git_cannot_merge_is_reported_as_such_not_as_a_conflict(tmp_path):
+    """git merge-file refuses binary files: an error, which leaves the template's new file
+    and says where the user's old one still is."""
+    template_repo = tmp_path / "template-repo"
+    (template_repo / "template").mkdir(parents=True)
+    (template_repo / "hooks").mkdir()
+    shutil.copy2(ROOT / "hooks" / "migrate.py", template_repo / "hooks")
+    (template_repo / "template" / "old.txt").write_text("one\ntwo\n")
+    tag_release(template_repo, "v1")
+    project = tmp_path / "project"
+    project.mkdir()
+    git(project, "init", "-q", "-b", "main")
+    (project / "old.txt").write_text("one\0\ntwo\nmine\n")
+    commit_all(project, "edited")
+    (project / "new.txt").write_text("one\ntwo\nthree\n")  # as the update left it
+    result = run(
+        sys.executable,
+        template_repo / "hooks" / "migrate.py",
+        *["move-file", "old.txt", "new.txt"],
+        cwd=project,
+        env={**GIT_ENV, "VERSION_FROM": "v1"},
+    )
+    assert "could not be merged" in result.stderr, result.stderr
+    assert "git show HEAD:old.txt" in result.stderr and "conflict" not in result.stderr
+    assert (project / "new.txt").read_text() == "one\ntwo\nthree\n"
+    assert not (project / "old.txt").exists()
