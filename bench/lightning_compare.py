@@ -58,11 +58,10 @@ def workloads(quick: bool) -> list[tuple[str, list[str]]]:
 def lightning_run(project: common.Project, args) -> list[float]:
     """Train with Lightning's Trainer; return each epoch's samples/s."""
     import lightning as L
-    import torch
     import torch.nn.functional as F
 
     data, utils = project.data, project.utils
-    device = torch.device(args.device)
+    device = utils.pick_device(args.device)
     utils.seed_everything(args.seed, args.deterministic)
     train_set, val_set, info = data.build_dataset(args)
     loader, _, sampler = data.build_loaders(train_set, val_set, info, args, args.workers, device)
