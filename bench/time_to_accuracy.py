@@ -17,8 +17,9 @@ Data sets:
     1500 on a CPU, where a step is slow, and 20000 on a GPU);
   - scikit-learn's bundled digits (1797 8x8 images, 10 classes), written here as PNGs into
     an image folder (every fifth image of each class to val/) and trained the way a user
-    would: `--data imagefolder --image-size 8`. The naive loop reads the same folder with
-    the project's validation transform (no random crop, no flip) for both splits.
+    would: `--data imagefolder --image-size 8 --hflip 0` (a mirrored digit is no digit).
+    The naive loop reads the same folder with the project's validation transform (no
+    random crop, no flip) for both splits.
 
 How it is made fair:
   - Both are evaluated on the same validation set, built by the project's build_dataset,
@@ -141,7 +142,8 @@ def main(argv: list[str] | None = None) -> str:
              ["--synthetic-size", str(synthetic)],
              2 if quick else 5, 2),
             ("digits (scikit-learn), 8x8 PNG folder",
-             ["--data", "imagefolder", "--data-dir", str(work / "digits"), "--image-size", "8"],
+             ["--data", "imagefolder", "--data-dir", str(work / "digits"), "--image-size", "8",
+              "--hflip", "0"],
              2 if quick else 20, 3),
         ]  # fmt: skip
         rows, ratios_all = [], []

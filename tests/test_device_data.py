@@ -38,8 +38,8 @@ def which(output: torch.Tensor, image: torch.Tensor, flip: bool) -> int:
 def test_device_and_loader_paths_augment_alike(data_module):
     images = torch.randint(0, 256, (64, 3, 12, 12), dtype=torch.uint8)
     labels = torch.arange(64)
-    device_data = data_module.DeviceData(images, labels, 16, 0, True, torch.device("cpu"))
-    loader_augment = data_module.augment(12, flip=True)
+    device_data = data_module.DeviceData(images, labels, 16, 0, 0.5, torch.device("cpu"))
+    loader_augment = data_module.augment(12, hflip=0.5)
     seen_device, seen_loader, count = set(), set(), 0
     for batch, batch_labels in device_data:
         for output, label in zip(batch, batch_labels, strict=True):
@@ -51,13 +51,27 @@ def test_device_and_loader_paths_augment_alike(data_module):
     assert flipped and flipped != seen_device  # both flipped and plain crops occur
 
 
+@pytest.mark.parametrize("hflip", [0.0, 1.0])
+def test_hflip_is_the_chance_of_a_flip_on_both_paths(data_module, hflip):
+    images = torch.randint(0, 256, (32, 3, 12, 12), dtype=torch.uint8)
+    labels = torch.arange(32)
+    device_data = data_module.DeviceData(images, labels, 16, 0, hflip, torch.device("cpu"))
+    loader_augment = data_module.augment(12, hflip=hflip)
+    flipped = []
+    for batch, batch_labels in device_data:
+        for output, label in zip(batch, batch_labels, strict=True):
+            flipped.append(which(output, images[label], True) >= 81)
+            flipped.append(which(loader_augment(images[label]), images[label], True) >= 81)
+    assert flipped == [hflip == 1.0] * 64
+
+
 def test_each_sample_once_per_epoch_and_resume_continues_exactly(data_module):
     images = torch.randint(0, 256, (100, 1, 8, 8), dtype=torch.uint8)
     labels = torch.arange(100)
 
     def epoch(start=0, rank=0, world_size=1):
         data = data_module.DeviceData(
-            images, labels, 10, 3, False, torch.device("cpu"), rank, world_size
+            images, labels, 10, 3, 0.0, torch.device("cpu"), rank, world_size
         )
         data.set_epoch(2, start=start)
         return [(x.clone(), y.clone()) for x, y in data]
