@@ -171,9 +171,10 @@ def main(argv: list[str] | None = None) -> str:
                     naive_time = first_reaching(naive_history, target)
                     defaults_time = first_reaching(defaults_history, target)
                     results.append((target, naive_time, defaults_time, defaults_history))
+                    shown = "not reached" if defaults_time is None else f"{defaults_time:.1f} s"
                     common.log(
                         f"  {label} pair {r + 1}/{pairs}: target {target:.2f}% naive "
-                        f"{naive_time:.1f} s, defaults {defaults_time} s "
+                        f"{naive_time:.1f} s, defaults {shown} "
                         f"(final {defaults_history[-1][1]:.2f}%)"
                     )
                 reached = [(t, nt, dt) for t, nt, dt, _ in results if dt is not None]
