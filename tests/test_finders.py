@@ -135,6 +135,16 @@ def test_resume_reuses_the_batch_size_and_lr_found_at_the_start(projects, capsys
     same_training(done / "last.pt", resumed / "last.pt")
 
 
+def test_a_sweep_that_starts_too_high_says_so(projects, capsys):
+    project = projects("sgd")
+    runs = project / "runs"
+    main(project, *FAST, "--find-lr", "--out-dir", runs / "sweep")
+    assert "very start" not in capsys.readouterr().out
+    main(project, *FAST, "--find-lr", "--find-lr-start", "1", "--out-dir", runs / "high")
+    out = capsys.readouterr().out
+    assert "the loss was lowest at the very start" in out and "lower --find-lr-start" in out
+
+
 def test_eval_only_runs_no_finder(projects, capsys):
     project = projects("sgd")
     weights = project / "runs" / "weights"
