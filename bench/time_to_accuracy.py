@@ -177,6 +177,9 @@ def main(argv: list[str] | None = None) -> str:
                         f"{naive_time:.1f} s, defaults {shown} "
                         f"(final {defaults_history[-1][1]:.2f}%)"
                     )
+                    for name, history in (("naive", naive_history), ("defaults", defaults_history)):
+                        epochs = " ".join(f"{t:.1f}s {acc:.1f}%," for t, acc in history)
+                        common.log(f"    {name} by epoch: {epochs.rstrip(',')}")
                 reached = [(t, nt, dt) for t, nt, dt, _ in results if dt is not None]
                 ratios = [nt / dt for _, nt, dt in reached]
                 ratios_all.append(statistics.median(ratios) if len(reached) == pairs else None)
