@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> str:
     cuda = options.device.startswith("cuda")
     common_flags = ["--batch-size", "128", "--seed", "0", "--device", options.device]
     with common.workdir(options.keep) as work:
-        common.log(f"data pipeline: writing {jpegs} JPEGs, rendering the default project")
+        common.log(f"data pipeline: writing {jpegs} JPEGs, preparing the default project")
         write_jpegs(work / "images", jpegs, 64)
         project = common.default_project(options, work)
         sources = {
