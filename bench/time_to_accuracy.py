@@ -4,11 +4,11 @@
                                      [--device cuda] [--project DIR]
 
 The template is rendered with its default answers (SGD with Nesterov momentum at the
-default lr, linear warmup then cosine, batch 128, the answer's loader workers capped by
-the CPUs, augmentation; bf16 autocast and the training set kept on the device on a GPU,
-float32 and the DataLoader on a CPU) and its train.py
-runs as a user would run it, changing only the data flags and --epochs: both loops get
-the same number of epochs (the defaults' schedule spans them). The naive loop trains the
+default lr, linear warmup then cosine, batch 128, augmentation, and the synthetic set kept
+where the model trains, batches cut and augmented there; bf16 autocast on a GPU, float32
+on a CPU; digits come from an image folder through the loader and its workers) and its
+train.py runs as a user would run it, changing only the data flags and --epochs: both
+loops get the same number of epochs (the defaults' schedule spans them). The naive loop trains the
 same model (the built-in ResNet) with Adam at a constant lr of 1e-3, batch 32, no schedule
 and no augmentation, in float32; its final validation accuracy is the target.
 

@@ -85,3 +85,22 @@ def test_each_sample_once_per_epoch_and_resume_continues_exactly(data_module):
     shares = [torch.cat([y for _, y in epoch(rank=r, world_size=2)]) for r in (0, 1)]
     assert not set(shares[0].tolist()) & set(shares[1].tolist())
     assert len(shares[0]) == len(shares[1]) == 50
+
+
+def test_auto_keeps_in_memory_sets_on_a_cpu_and_loads_image_folders(data_module, tmp_path):
+    from PIL import Image
+
+    cpu = torch.device("cpu")
+    synthetic = data_module.SyntheticImages(32, 8)
+    assert data_module.use_device_data(synthetic, "auto", cpu)
+    assert not data_module.use_device_data(synthetic, "off", cpu)
+    for split in ("train", "val"):
+        (tmp_path / split / "a").mkdir(parents=True)
+        Image.new("RGB", (8, 8)).save(tmp_path / split / "a" / "0.png")
+    folder, _, _ = data_module.image_folder(tmp_path, 8, None)
+    assert not data_module.use_device_data(folder, "auto", cpu)  # read from disk: the loader
+    with pytest.raises(data_module.DataError, match="needs a data set held in memory"):
+        data_module.use_device_data(folder, "on", cpu)
+    if not torch.cuda.is_available():
+        # A device that is neither the CPU nor CUDA (mps) keeps the loader.
+        assert not data_module.use_device_data(synthetic, "auto", torch.device("meta"))

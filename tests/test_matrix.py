@@ -59,7 +59,9 @@ def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
 
     # Flags left out take the answers' defaults; --amp is forced on so the CPU runs it too.
     flags = ["--synthetic-size", "48", "--image-size", "8"]
-    if COMBINATIONS.index((amp, optimizer, scheduler)) >= len(OTHER_ANSWERS["workers"]):
+    if COMBINATIONS.index((amp, optimizer, scheduler)) < len(OTHER_ANSWERS["workers"]):
+        flags += ["--data-on-device", "off"]  # the loader and its workers, as answered
+    else:
         flags += ["--workers", "0"]  # worker processes are slow to start; a few runs suffice
     if amp != "off":
         flags += ["--amp", amp]

@@ -89,7 +89,11 @@ def ddp_project(template, tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "loading",
-    [["--workers", "0"], ["--workers", "2"], ["--data-on-device", "on"]],
+    [
+        ["--workers", "0", "--data-on-device", "off"],
+        ["--workers", "2", "--data-on-device", "off"],
+        ["--data-on-device", "on"],
+    ],
     ids=["0 workers", "2 workers", "data on device"],
 )
 def test_kill_9_anywhere_then_resume_is_bit_identical(project, tmp_path, loading):
@@ -122,7 +126,9 @@ def test_preemption_signal_checkpoints_and_exits_for_requeue(project, tmp_path, 
 
 @pytest.mark.slow
 def test_ddp_preempted_then_resumed_is_bit_identical(ddp_project, tmp_path):
-    flags = [*RUN, "--workers", "0"]
+    # The loader path with its per-process sampler (the other DDP tests keep the training
+    # set on the device, the default on a CPU).
+    flags = [*RUN, "--workers", "0", "--data-on-device", "off"]
     run(*TORCHRUN, "train.py", *flags, "--out-dir", tmp_path / "whole", cwd=ddp_project)
     out = tmp_path / "preempted"
     cmd = [*TORCHRUN, "train.py", *flags, "--out-dir", str(out), "--save-every", "4"]
