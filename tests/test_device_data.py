@@ -104,3 +104,16 @@ def test_auto_keeps_in_memory_sets_on_a_cpu_and_loads_image_folders(data_module,
     if not torch.cuda.is_available():
         # A device that is neither the CPU nor CUDA (mps) keeps the loader.
         assert not data_module.use_device_data(synthetic, "auto", torch.device("meta"))
+
+
+def test_crop_indices_reflect_at_both_ends(data_module):
+    crops = data_module.reflected_crops(5, torch.device("cpu"), padding=2)
+    assert crops.tolist() == [
+        [2, 1, 0, 1, 2],  # padded positions -2, -1 read pixels 2, 1
+        [1, 0, 1, 2, 3],
+        [0, 1, 2, 3, 4],  # no shift
+        [1, 2, 3, 4, 3],
+        [2, 3, 4, 3, 2],  # padded positions 5, 6 read pixels 3, 2
+    ]
+    with pytest.raises(data_module.DataError, match="too small to pad by 4"):
+        data_module.reflected_crops(4, torch.device("cpu"))
