@@ -70,18 +70,13 @@ class BareLoop:
         return seen / (time.perf_counter() - start)
 
 
-def train(project, args) -> list[float]:
-    """A whole run of the bare loop: each epoch's samples/s."""
-    loop = BareLoop(project, args)
-    return [loop.epoch(epoch) for epoch in range(args.epochs)]
-
-
 def paired_epochs(
     project, flags: list[str], out_dir: Path, module=None
 ) -> list[tuple[float, float]]:
     """Run a rendered train.py's main() (`module`, the project's own train.py by default)
     with these flags, and next to each of its epochs one epoch of the bare loop built from
-    the same flags: the bare one first on even epochs, second on odd ones.
+    the same flags: the bare one first on odd epochs, second on even ones, so that the
+    measured pairs (all but the first, a warm-up) start with the bare loop first.
 
     Returns (rendered samples/s, bare samples/s) per epoch, the first (warm-up) left out.
     Each rendered epoch is one train_one_epoch call, timed from the call until the device
@@ -101,7 +96,7 @@ def paired_epochs(
 
     def train_one_epoch(model, loader, *rest) -> None:
         epoch = len(pairs)
-        if epoch % 2 == 0:
+        if epoch % 2 == 1:
             b = bare.epoch(epoch)
             r = rendered_epoch(model, loader, *rest)
         else:

@@ -11,7 +11,7 @@ float32 (`--amp off`) with `--workers 0` on the CPU (or the GPU, with `--device 
 How it is made fair:
   - Both loops run in this one process, side by side: train.py's main() runs as a user
     would run it, and next to each of its epochs the bare loop (bench/bare_loop.py) trains
-    one epoch of its own, before it on even epochs and after it on odd ones. Each epoch
+    one epoch of its own, before it on odd epochs and after it on even ones. Each epoch
     gives one pair, seconds apart, so a machine whose speed drifts (a shared VM) favours
     neither; the first epoch of the run is a warm-up and is left out. The table shows the
     median ratio over the pairs and its min-max range.

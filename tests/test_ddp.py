@@ -261,3 +261,32 @@ def test_exception_in_one_rank_fails_the_job_naming_it(ddp_project, tmp_path):
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert f"rank 1: error: {bad}: not a readable checkpoint" in output
+
+
+def test_a_loss_non_finite_on_one_rank_is_skipped_by_every_rank(ddp_project, tmp_path):
+    """Rank 1 alone gets a NaN loss at its second step; the all-reduced gradients are NaN on
+    both ranks, so both must skip that step, or rank 0's weights turn NaN. The skipped step
+    is counted once, and training goes on."""
+    wrapper = tmp_path / "wrap.py"
+    wrapper.write_text(
+        "import os, runpy, sys\n"
+        "import torch.nn.functional as F\n"
+        "sys.path.insert(0, os.getcwd())\n"
+        "if os.environ['RANK'] == '1':\n"
+        "    real, calls = F.cross_entropy, []\n"
+        "    def flaky(*args, **kwargs):\n"
+        "        calls.append(1)\n"
+        "        loss = real(*args, **kwargs)\n"
+        "        return loss * float('nan') if len(calls) == 2 else loss\n"
+        "    F.cross_entropy = flaky\n"
+        "runpy.run_path('train.py', run_name='__main__')\n"
+    )
+    out = tmp_path / "o"
+    flags = [*QUICK, "--epochs", "2", "--max-bad-steps", "0", "--data-on-device", "on"]
+    run(*TORCHRUN, wrapper, *flags, "--out-dir", out, cwd=ddp_project, timeout=300)
+    rows = read_metrics(out)
+    assert [row["nonfinite_steps"] for row in rows] == [1, 0]
+    assert all(math.isfinite(row["train_loss"]) for row in rows)
+    state = torch.load(out / "last.pt", weights_only=True)
+    for name, tensor in state["model"].items():
+        assert torch.isfinite(tensor.float()).all(), name

@@ -101,9 +101,59 @@ def test_auto_keeps_in_memory_sets_on_a_cpu_and_loads_image_folders(data_module,
     assert not data_module.use_device_data(folder, "auto", cpu)  # read from disk: the loader
     with pytest.raises(data_module.DataError, match="needs a data set held in memory"):
         data_module.use_device_data(folder, "on", cpu)
-    if not torch.cuda.is_available():
-        # A device that is neither the CPU nor CUDA (mps) keeps the loader.
-        assert not data_module.use_device_data(synthetic, "auto", torch.device("meta"))
+    # A device that is neither the CPU nor CUDA (mps) keeps the loader.
+    assert not data_module.use_device_data(synthetic, "auto", torch.device("meta"))
+
+
+def test_in_memory_tensors_of_torchvision_sets_and_not_of_other_sets(data_module):
+    """CIFAR holds N x H x W x C arrays and MNIST N x H x W tensors; both come out as
+    N x C x H x W uint8. A set of one's own with `data` and `targets` is left to the loader,
+    which runs its transform."""
+    import numpy as np
+    import torchvision
+
+    cifar = torchvision.datasets.CIFAR10.__new__(torchvision.datasets.CIFAR10)
+    cifar.data = np.arange(4 * 32 * 32 * 3, dtype=np.uint8).reshape(4, 32, 32, 3)
+    cifar.targets = [0, 1, 2, 3]
+    images, labels = data_module.in_memory_tensors(cifar)
+    assert images.shape == (4, 3, 32, 32) and images.is_contiguous()
+    assert torch.equal(images[1, 2], torch.from_numpy(cifar.data[1, :, :, 2]))
+    assert labels.tolist() == [0, 1, 2, 3]
+    mnist = torchvision.datasets.MNIST.__new__(torchvision.datasets.MNIST)
+    mnist.data = torch.zeros(5, 28, 28, dtype=torch.uint8)
+    mnist.targets = torch.arange(5)
+    assert data_module.in_memory_tensors(mnist)[0].shape == (5, 1, 28, 28)
+
+    class Own(torch.utils.data.Dataset):
+        data, targets = cifar.data, cifar.targets
+
+    assert data_module.in_memory_tensors(Own()) is None
+    assert not data_module.use_device_data(Own(), "auto", torch.device("cpu"))
+
+
+def reference_augment(images, gen, hflip):
+    """The crop and flip spelled out: pad by 4 reflected pixels, crop at offsets drawn
+    (dy, dx) per image, then mirror with chance hflip, drawing in that order."""
+    n, c, h, w = images.shape
+    padded = F.pad(images.float(), (4, 4, 4, 4), mode="reflect")
+    dy, dx = torch.randint(9, (2, n), generator=gen)
+    out = torch.stack([padded[i, :, dy[i] : dy[i] + h, dx[i] : dx[i] + w] for i in range(n)])
+    if hflip > 0:
+        flip = torch.rand(n, generator=gen) < hflip
+        out[flip] = out[flip].flip(3)
+    return out
+
+
+@pytest.mark.parametrize("shape", [(3, 10, 13), (1, 5, 7), (3, 32, 32)])
+@pytest.mark.parametrize("hflip", [0.0, 0.5, 1.0])
+def test_augmentation_matches_the_spelled_out_crop_and_flip(data_module, shape, hflip):
+    """Bit for bit, with the same random draws: runs resumed across releases and the loader
+    path's semantics depend on it."""
+    images = torch.randint(0, 256, (40, *shape), dtype=torch.uint8)
+    data = data_module.DeviceData(images, torch.zeros(40), 40, 0, hflip, torch.device("cpu"))
+    out = data.augment(images, torch.Generator().manual_seed(5))
+    assert out.dtype == torch.float32
+    assert torch.equal(out, reference_augment(images, torch.Generator().manual_seed(5), hflip))
 
 
 def test_crop_indices_reflect_at_both_ends(data_module):

@@ -101,12 +101,13 @@ BASE += ["--model", "mlp", "--device", "cpu", "--log-interval", "5"]
     ("amp", "flags", "logged_steps"),
     [
         ("off", [], [5, 10, 15, 20]),
+        ("off", ["--data-on-device", "off"], [5, 10, 15, 20]),  # the loader path
         ("off", ["--accum-steps", "2"], [5, 10]),  # 10 optimizer steps
         ("off", ["--log-interval", "3"], [3, 6, 9, 12, 15, 18]),
         ("bf16", ["--amp", "bf16"], [5, 10, 15, 20]),
         ("bf16", ["--amp", "bf16", "--accum-steps", "3", "--ema", "--clip-grad", "1"], [5]),
     ],
-    ids=["off", "off-accum", "off-interval3", "bf16", "bf16-accum-ema-clip"],
+    ids=["off", "off-loader", "off-accum", "off-interval3", "bf16", "bf16-accum-ema-clip"],
 )
 def test_syncs_only_at_log_intervals(projects, tmp_path, amp, flags, logged_steps):
     counter = run_main(projects(amp), tmp_path / "run", [*BASE, *flags])

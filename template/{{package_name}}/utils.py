@@ -165,10 +165,10 @@ REQUEUE_EXIT = 75
 
 
 def non_finite(loss: torch.Tensor) -> torch.Tensor:
-    """1.0 if `loss` is NaN or infinite, else 0.0: a float tensor on the loss's device, the
+    """1.0 if `loss` is NaN or infinite, else 0.0: a float32 tensor on the loss's device, the
     form fused optimizers take as `found_inf`. No host sync, and two small kernels where
     torch.isfinite takes several: x * 0 is 0 for a finite x and NaN for the rest."""
-    return loss.detach().mul(0).ne_(0)
+    return loss.detach().float().mul(0).ne_(0)  # .float() costs nothing on a float32 loss
 
 
 class NonFiniteGuard:
@@ -201,11 +201,11 @@ class NonFiniteGuard:
         if self.in_kernel:
             self.optimizer.found_inf = bad  # the fused kernel skips the step when 1
             return
+        self.mask = bad.bool()  # after_step uses it too
         with torch.no_grad():
-            bad = bad.bool()
             for param in self.params:
                 if param.grad is not None:
-                    param.grad.masked_fill_(bad, 0.0)
+                    param.grad.masked_fill_(self.mask, 0.0)
             torch._foreach_copy_(self.params_before, self.params)
 
     def after_step(self, bad: torch.Tensor) -> None:
@@ -214,8 +214,8 @@ class NonFiniteGuard:
             return
         # torch.where, not arithmetic: a bad step may have left NaN or inf behind (in the
         # BatchNorm statistics, or in the weights when the learning rate is absurd).
+        mask = bad.bool() if self.in_kernel else self.mask  # before_step made it otherwise
         with torch.no_grad():
-            bad = bad.bool()
             befores = self.params_before + self.buffers_before
             for tensor, before in zip(tensors, befores, strict=True):
-                torch.where(bad, before, tensor, out=tensor)
+                torch.where(mask, before, tensor, out=tensor)
