@@ -1,4 +1,5 @@
-# make demo   render the template with its default answers into demo/ and train it
+# make demo   render this checkout's template (HEAD and any uncommitted edits, not the latest
+#             release tag) with its default answers into demo/ and train it
 # make test   the whole test suite (what CI runs)
 # make bench  the CPU benchmarks (bench/README.md); writes bench/RESULTS.md
 # All install what they need into .venv first, on a machine with Python 3.10+ and git.
@@ -21,7 +22,7 @@ $(READY): requirements-dev.txt
 
 demo: $(READY)
 	rm -rf demo
-	$(BIN)/copier copy --quiet --trust --defaults . demo
+	$(BIN)/copier copy --quiet --trust --defaults --vcs-ref HEAD . demo
 	cd demo && ../$(BIN)/python train.py --epochs $(DEMO_EPOCHS)
 
 test: $(READY)
