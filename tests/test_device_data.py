@@ -92,17 +92,18 @@ def test_auto_keeps_in_memory_sets_on_a_cpu_and_loads_image_folders(data_module,
 
     cpu = torch.device("cpu")
     synthetic = data_module.SyntheticImages(32, 8)
-    assert data_module.use_device_data(synthetic, "auto", cpu)
-    assert not data_module.use_device_data(synthetic, "off", cpu)
+    images, labels = data_module.device_data_tensors(synthetic, "auto", cpu)
+    assert images is synthetic.images and labels is synthetic.labels
+    assert data_module.device_data_tensors(synthetic, "off", cpu) is None
     for split in ("train", "val"):
         (tmp_path / split / "a").mkdir(parents=True)
         Image.new("RGB", (8, 8)).save(tmp_path / split / "a" / "0.png")
     folder, _, _ = data_module.image_folder(tmp_path, 8, None)
-    assert not data_module.use_device_data(folder, "auto", cpu)  # read from disk: the loader
+    assert data_module.device_data_tensors(folder, "auto", cpu) is None  # read from disk
     with pytest.raises(data_module.DataError, match="needs a data set held in memory"):
-        data_module.use_device_data(folder, "on", cpu)
+        data_module.device_data_tensors(folder, "on", cpu)
     # A device that is neither the CPU nor CUDA (mps) keeps the loader.
-    assert not data_module.use_device_data(synthetic, "auto", torch.device("meta"))
+    assert data_module.device_data_tensors(synthetic, "auto", torch.device("meta")) is None
 
 
 def test_in_memory_tensors_of_torchvision_sets_and_not_of_other_sets(data_module):
@@ -128,7 +129,7 @@ def test_in_memory_tensors_of_torchvision_sets_and_not_of_other_sets(data_module
         data, targets = cifar.data, cifar.targets
 
     assert data_module.in_memory_tensors(Own()) is None
-    assert not data_module.use_device_data(Own(), "auto", torch.device("cpu"))
+    assert data_module.device_data_tensors(Own(), "auto", torch.device("cpu")) is None
 
 
 def reference_augment(images, gen, hflip):

@@ -201,11 +201,11 @@ class NonFiniteGuard:
         if self.in_kernel:
             self.optimizer.found_inf = bad  # the fused kernel skips the step when 1
             return
-        self.mask = bad.bool()  # after_step uses it too
+        bad = bad.bool()
         with torch.no_grad():
             for param in self.params:
                 if param.grad is not None:
-                    param.grad.masked_fill_(self.mask, 0.0)
+                    param.grad.masked_fill_(bad, 0.0)
             torch._foreach_copy_(self.params_before, self.params)
 
     def after_step(self, bad: torch.Tensor) -> None:
@@ -214,8 +214,8 @@ class NonFiniteGuard:
             return
         # torch.where, not arithmetic: a bad step may have left NaN or inf behind (in the
         # BatchNorm statistics, or in the weights when the learning rate is absurd).
-        mask = bad.bool() if self.in_kernel else self.mask  # before_step made it otherwise
+        bad = bad.bool()
         with torch.no_grad():
             befores = self.params_before + self.buffers_before
             for tensor, before in zip(tensors, befores, strict=True):
-                torch.where(mask, before, tensor, out=tensor)
+                torch.where(bad, before, tensor, out=tensor)
