@@ -183,6 +183,7 @@ OOM_OR_NOT = {
     "cuda": (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB"), True),
     "cpu allocator": (RuntimeError("DefaultCPUAllocator: can't allocate memory"), True),
     "oneDNN workspace": (RuntimeError("could not create a primitive"), True),
+    "aligned allocation": (RuntimeError("posix_memalign failed:Cannot allocate memory (12)"), True),
     "python": (MemoryError(), True),
     "shape mismatch": (RuntimeError("mat1 and mat2 shapes cannot be multiplied"), False),
 }
