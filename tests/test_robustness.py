@@ -246,6 +246,9 @@ def test_a_non_finite_step_leaves_model_and_optimizer_as_they_were(template, tmp
         flags = [non_finite(v).item() for v in values]
         assert flags == [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0]  # the form fused kernels read
         assert non_finite(values[0]).dtype == torch.float32
+        low = [non_finite(v).item() for v in values.bfloat16()]  # a loss made under autocast
+        assert low == [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+        assert non_finite(values.bfloat16()[0]).dtype == torch.float32
 
         torch.manual_seed(0)
         args = train.get_args_parser().parse_args([])
