@@ -160,6 +160,23 @@ def test_non_finite_losses_are_skipped_and_counted(project, tmp_path):
         assert torch.isfinite(tensor.float()).all(), name
 
 
+@pytest.mark.parametrize("optimizer", ["sgd", "nadam"])
+def test_fp16_skipped_steps_leave_batchnorm_statistics_finite(template, tmp_path, optimizer):
+    """Under fp16 loss scaling the GradScaler skips the overflowing steps; the guard still puts
+    back the BatchNorm statistics that the overflowing forward passes wrote NaN into. Fused
+    SGD and unfused NAdam, as the scaler steps them differently."""
+    project = render(template, tmp_path / "p", amp="fp16", optimizer=optimizer)
+    flags = [*TINY_RUN, "--epochs", "1", "--amp", "fp16", "--lr", "1e30", "--max-bad-steps", "0"]
+    run(PY, "train.py", *flags, "--out-dir", tmp_path / "out", cwd=project)
+    with (tmp_path / "out" / "metrics.csv").open() as f:
+        header, row = f.read().splitlines()
+    assert int(dict(zip(header.split(","), row.split(","), strict=True))["nonfinite_steps"]) > 0
+    state = torch.load(tmp_path / "out" / "last.pt", weights_only=True)
+    assert any("running_var" in name for name in state["model"])
+    for name, tensor in state["model"].items():
+        assert torch.isfinite(tensor.float()).all(), name
+
+
 @pytest.mark.parametrize("nan_at", [1, 2])
 def test_one_bad_micro_batch_skips_its_whole_window(project, tmp_path, nan_at):
     """With --accum-steps 2, a NaN loss in the first or the second micro-batch of the first

@@ -182,15 +182,21 @@ class NonFiniteGuard:
     passes and put back after a bad step. A fused optimizer (SGD, Adam, AdamW, Adagrad where
     the device has the kernel) is told through `found_inf` and skips the step itself: its
     weights and state stay exactly as they were. Any other optimizer gets zero gradients and
-    its weights put back from a copy (its running averages still decay by one step).
+    its weights put back from a copy (its running averages still decay by one step). Under
+    fp16 loss scaling (`scaler_skips`), the GradScaler already skips every step whose
+    gradients are not finite, as they are after a non-finite loss, so the guard leaves the
+    optimizer alone and only puts the buffers back: an overflow in the forward pass has
+    written inf or NaN into them by then.
 
     `bad` is the window's flag from `non_finite`: 1.0 for a bad step, 0.0 for a good one."""
 
-    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def __init__(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scaler_skips: bool = False
+    ) -> None:
         self.optimizer = optimizer
-        self.in_kernel = bool(optimizer.defaults.get("fused"))
+        self.in_kernel = not scaler_skips and bool(optimizer.defaults.get("fused"))
         params = [p for p in model.parameters() if p.requires_grad]
-        self.params = [] if self.in_kernel else params
+        self.params = [] if self.in_kernel or scaler_skips else params
         self.buffers = list(model.buffers())  # BatchNorm statistics and step counts
         self.params_before = [torch.empty_like(p) for p in self.params]
         self.buffers_before = [torch.empty_like(b) for b in self.buffers]
@@ -204,6 +210,8 @@ class NonFiniteGuard:
     def before_step(self, bad: torch.Tensor) -> None:
         if self.in_kernel:
             self.optimizer.found_inf = bad  # the fused kernel skips the step when 1
+            return
+        if not self.params:
             return
         bad = bad.bool()
         with torch.no_grad():
