@@ -80,6 +80,43 @@ def test_ddp_project_runs_as_one_process(ddp_project, tmp_path):
     assert len(read_metrics(tmp_path)) == 1
 
 
+SAVES_LOGGED = """\
+import os, runpy, sys, time
+sys.path.insert(0, os.getcwd())
+import proj.checkpoint
+real = proj.checkpoint.save_checkpoint
+def logged(state, path):
+    with open(os.environ["SAVES_LOG"], "a") as log:
+        log.write(f"{time.monotonic()} {state['progress']['batch']}\\n")
+    real(state, path)
+proj.checkpoint.save_checkpoint = logged
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_save_every_minutes_saves_once_a_period(ddp_project, tmp_path, processes):
+    """--save-every-minutes checkpoints mid-epoch once each period, by one process or by
+    two that agree on it: no sooner than a period after the previous save. (Processes
+    other than the first once kept their clocks from the start, so after the first period
+    the first process saved at every log interval.)"""
+    period = 0.2  # seconds
+    wrapper, log = tmp_path / "logged.py", tmp_path / "saves.log"
+    wrapper.write_text(SAVES_LOGGED)
+    flags = [*QUICK, "--model", "mlp", "--synthetic-size", "2400", "--epochs", "1"]
+    flags += ["--log-interval", "1", "--save-every-minutes", str(period / 60)]
+    flags += ["--out-dir", str(tmp_path / "out")]
+    launcher = [sys.executable] if processes == 1 else TORCHRUN
+    run(*launcher, wrapper, *flags, cwd=ddp_project, env={**os.environ, "SAVES_LOG": str(log)})
+    saves = [(float(t), int(batch)) for t, batch in map(str.split, log.read_text().splitlines())]
+    mid_epoch = [i for i, (_, batch) in enumerate(saves) if batch > 0]
+    assert mid_epoch, saves  # the epoch lasts several periods
+    for i in mid_epoch:
+        gap = saves[i][0] - saves[i - 1][0] if i > 0 else math.inf
+        assert gap >= period / 2, (gap, saves)  # steps are milliseconds apart
+
+
 def test_help_says_how_to_launch(ddp_project):
     out = run(sys.executable, "train.py", "--help", cwd=ddp_project).stdout
     assert "torchrun --standalone --nproc-per-node=gpu train.py" in out
