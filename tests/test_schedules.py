@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 import pytest
 import torch
 
-from tests.helpers import SCHEDULERS, inside, render, train
+from tests.helpers import SCHEDULERS, inside, render, run, train
 
 WARMUP_SCHEDULERS = ("warmup_cosine", "cosine_restarts", "step", "constant")
 
@@ -243,6 +244,19 @@ def test_onecycle(project, extra, pct_start, div_factor, final_div_factor):
         scheduler.step()
 
 
+@pytest.mark.parametrize("value", ["0", "1", "1.5"])
+def test_onecycle_pct_start_leaves_room_for_both_phases(project, value, capsys):
+    """0 would leave no rise and 1 no descent (OneCycleLR divides by that length at its last
+    step): one line before anything runs."""
+    with inside(project("onecycle")):
+        import train as project_train
+
+        with pytest.raises(SystemExit):
+            project_train.get_args_parser().parse_args(["--pct-start", value])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.endswith(f"argument --pct-start: must be a number > 0 and < 1, got '{value}'")
+
+
 @pytest.mark.parametrize(
     ("mode_flags", "bottom", "height_per_cycle"),
     [
@@ -292,3 +306,18 @@ def test_onecycle_train_py_steps_exactly_the_total_with_accumulation(project):
     assert checkpoint["progress"]["step"] == 16
     assert checkpoint["scheduler"]["total_steps"] == 16
     assert checkpoint["scheduler"]["last_epoch"] == 16
+
+
+def test_onecycle_resumes_only_with_its_epochs_but_evaluates_with_any(project, tmp_path):
+    """A 1cycle schedule spans the run it was made for: resuming with another --epochs is
+    refused in one line, while --eval-only, which trains nothing, takes the checkpoint as is."""
+    proj = project("onecycle")
+    flags = ["--synthetic-size", "64", "--batch-size", "16", "--workers", "0", "--model", "mlp"]
+    flags += ["--device", "cpu", "--out-dir", tmp_path]
+    run(sys.executable, "train.py", *flags, "--epochs", "1", cwd=proj)
+    refused = run(sys.executable, "train.py", *flags, "--epochs", "3", cwd=proj, check=False)
+    assert refused.returncode != 0
+    assert "its 1cycle schedule spans --epochs 1" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    evaluated = run(sys.executable, "train.py", *flags, "--epochs", "3", "--eval-only", cwd=proj)
+    assert "val_acc" in evaluated.stdout

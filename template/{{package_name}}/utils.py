@@ -31,11 +31,13 @@ def int_at_least(low: int):
     return parse
 
 
-def float_in(low: float, high: float = float("inf"), *, low_open: bool = False):
-    """A float in [low, high], or (low, high] with low_open."""
+def float_in(
+    low: float, high: float = float("inf"), *, low_open: bool = False, high_open: bool = False
+):
+    """A float in [low, high]; low_open and high_open leave out either end."""
     bounds = f"{'>' if low_open else '>='} {low}"
     if high < float("inf"):
-        bounds += f" and <= {high}"
+        bounds += f" and {'<' if high_open else '<='} {high}"
 
     def parse(text: str) -> float:
         try:
@@ -43,7 +45,8 @@ def float_in(low: float, high: float = float("inf"), *, low_open: bool = False):
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be a number {bounds}, got {text!r}") from None
         too_low = value <= low if low_open else value < low
-        if too_low or value > high or value != value:
+        too_high = value >= high if high_open else value > high
+        if too_low or too_high or value != value:
             raise argparse.ArgumentTypeError(f"must be a number {bounds}, got {text!r}")
         return value
 
