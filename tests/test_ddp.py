@@ -300,6 +300,24 @@ def test_exception_in_one_rank_fails_the_job_naming_it(ddp_project, tmp_path):
     assert f"rank 1: error: {bad}: not a readable checkpoint" in output
 
 
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--device", "mps"], "argument --device: under torchrun use auto, cuda or cpu"),
+        (["--sync-bn"], "argument --sync-bn: needs CUDA"),
+    ],
+    ids=["device", "sync-bn"],
+)
+def test_flags_torchrun_cannot_honour_are_refused(ddp_project, tmp_path, flags, message):
+    """Under torchrun each process takes the GPU of its LOCAL_RANK: a device named otherwise
+    would have trained quietly on the CPU, and SyncBatchNorm on the CPU failed at its first
+    step. Both are one line from each process before anything loads."""
+    result = torchrun(ddp_project, *QUICK, *flags, "--out-dir", tmp_path, check=False)
+    assert result.returncode != 0
+    assert result.stderr.count(message) == 2, result.stderr
+    assert not (tmp_path / "metrics.csv").exists()
+
+
 def test_a_loss_non_finite_on_one_rank_is_skipped_by_every_rank(ddp_project, tmp_path):
     """Rank 1 alone gets a NaN loss at its second step; the all-reduced gradients are NaN on
     both ranks, so both must skip that step, or rank 0's weights turn NaN. The skipped step
