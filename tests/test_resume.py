@@ -167,3 +167,29 @@ def test_torchrun_restarts_a_killed_rank_and_the_run_completes(ddp_project, tmp_
     assert job.returncode == 0, output[-3000:]
     assert "resumed from" in output
     assert [row["epoch"] for row in read_metrics(out)] == [1, 2]
+
+
+def test_a_part_way_epoch_resumes_only_with_its_batch_size(project, tmp_path):
+    """Where a checkpoint from the middle of an epoch goes on depends on the images per batch:
+    another --batch-size would repeat or skip images of that epoch, so it is refused in one
+    line; a checkpoint from the end of an epoch resumes with any batch size."""
+    flags = [*RUN, "--workers", "0", "--epochs", "1"]
+    run(PY, "train.py", *flags, "--out-dir", tmp_path / "a", cwd=project)
+    state = torch.load(tmp_path / "a/last.pt", weights_only=True)
+    assert state["batch_layout"] == [16, 1]
+    # As a preemption three batches into the second epoch leaves it (test above).
+    state["progress"].update(batch=3, step=state["progress"]["step"] + 3)
+    torch.save(state, tmp_path / "part-way.pt")
+    more = ["--epochs", "2", "--out-dir", tmp_path / "b", "--batch-size", "8"]
+    refused = run(
+        PY, "train.py", *RUN, *more, "--resume", tmp_path / "part-way.pt", cwd=project, check=False
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        f"error: {tmp_path / 'part-way.pt'}: saved part-way through epoch 2 with batches of 16 "
+        "images on 1 process(es), where this run has 8 on 1: finish that epoch with the same "
+        "--batch-size and processes (a checkpoint from the end of an epoch takes any)"
+    ]
+    resumed = run(PY, "train.py", *RUN, *more, "--resume", tmp_path / "a/last.pt", cwd=project)
+    assert "resumed from" in resumed.stdout
+    assert [row["epoch"] for row in read_metrics(tmp_path / "b")] == [2]
