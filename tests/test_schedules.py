@@ -317,7 +317,35 @@ def test_onecycle_resumes_only_with_its_epochs_but_evaluates_with_any(project, t
     run(sys.executable, "train.py", *flags, "--epochs", "1", cwd=proj)
     refused = run(sys.executable, "train.py", *flags, "--epochs", "3", cwd=proj, check=False)
     assert refused.returncode != 0
-    assert "its 1cycle schedule spans 10 optimizer steps, this run's would span 30" in refused.stderr
+    assert (
+        "its 1cycle schedule spans 10 optimizer steps, this run's would span 30" in refused.stderr
+    )
     assert len(refused.stderr.strip().splitlines()) == 1
     evaluated = run(sys.executable, "train.py", *flags, "--epochs", "3", "--eval-only", cwd=proj)
     assert "val_acc" in evaluated.stdout
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "top", "bottom"), [("onecycle", 0.95, 0.85), ("cyclic", 0.9, 0.8)]
+)
+def test_cycled_momentum_is_what_the_momentum_help_says(project, scheduler, top, bottom):
+    """1cycle and the cyclical schedule set the momentum themselves, against the learning rate;
+    --momentum's help says so, with the range they use."""
+    with inside(project(scheduler)):
+        import train as project_train
+        from proj.schedule import build_scheduler
+
+        parser = project_train.get_args_parser()
+        args = parser.parse_args(["--epochs", "4", "--momentum", "0.5"])
+        param = torch.nn.Parameter(torch.zeros(()))
+        optimizer = torch.optim.SGD([param], lr=args.lr, momentum=args.momentum)
+        scheduler_ = build_scheduler(optimizer, args, steps_per_epoch=10)
+        momenta = []
+        for _ in range(40):
+            momenta.append(optimizer.param_groups[0]["momentum"])
+            param.grad = torch.zeros(())
+            optimizer.step()
+            scheduler_.step()
+        help_text = next(a.help for a in parser._actions if "--momentum" in a.option_strings)
+    assert max(momenta) == pytest.approx(top) and min(momenta) == pytest.approx(bottom, abs=1e-3)
+    assert f"{top} to {bottom} and back" in help_text
