@@ -16,6 +16,7 @@ from tests.helpers import (
     AMPS,
     OPTIMIZERS,
     SCHEDULERS,
+    inside,
     read_metrics,
     render,
     ruff,
@@ -304,18 +305,27 @@ def test_exception_in_one_rank_fails_the_job_naming_it(ddp_project, tmp_path):
     "flags,message",
     [
         (["--device", "mps"], "argument --device: under torchrun use auto, cuda or cpu"),
-        (["--sync-bn"], "argument --sync-bn: needs CUDA"),
+        (["--sync-bn", "--device", "cpu"], "argument --sync-bn: needs CUDA"),
     ],
     ids=["device", "sync-bn"],
 )
-def test_flags_torchrun_cannot_honour_are_refused(ddp_project, tmp_path, flags, message):
-    """Under torchrun each process takes the GPU of its LOCAL_RANK: a device named otherwise
-    would have trained quietly on the CPU, and SyncBatchNorm on the CPU failed at its first
-    step. Both are one line from each process before anything loads."""
-    result = torchrun(ddp_project, *QUICK, *flags, "--out-dir", tmp_path, check=False)
-    assert result.returncode != 0
-    assert result.stderr.count(message) == 2, result.stderr
-    assert not (tmp_path / "metrics.csv").exists()
+def test_flags_torchrun_cannot_honour_are_refused(ddp_project, monkeypatch, capsys, flags, message):
+    """Under torchrun (its RANK and WORLD_SIZE set) each process takes the GPU of its
+    LOCAL_RANK: a device named otherwise would have trained quietly on the CPU, and
+    SyncBatchNorm on the CPU failed at its first step. Both are one line before anything
+    loads; as a single process, neither flag is refused here."""
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with inside(ddp_project):
+        import train
+
+        with pytest.raises(SystemExit) as exit_info:
+            train.check_args(train.get_args_parser(), train.get_args_parser().parse_args(flags))
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err.strip().splitlines()[-1]
+        monkeypatch.delenv("RANK")
+        args = train.get_args_parser().parse_args(flags)
+        train.check_args(train.get_args_parser(), args)  # not refused outside torchrun
 
 
 def test_a_loss_non_finite_on_one_rank_is_skipped_by_every_rank(ddp_project, tmp_path):

@@ -173,14 +173,14 @@ def test_a_part_way_epoch_resumes_only_with_its_batch_size(project, tmp_path):
     """Where a checkpoint from the middle of an epoch goes on depends on the images per batch:
     another --batch-size would repeat or skip images of that epoch, so it is refused in one
     line; a checkpoint from the end of an epoch resumes with any batch size."""
-    flags = [*RUN, "--workers", "0", "--epochs", "1"]
+    flags = [*RUN, "--workers", "0", "--model", "mlp", "--epochs", "1"]
     run(PY, "train.py", *flags, "--out-dir", tmp_path / "a", cwd=project)
     state = torch.load(tmp_path / "a/last.pt", weights_only=True)
     assert state["batch_layout"] == [16, 1]
     # As a preemption three batches into the second epoch leaves it (test above).
     state["progress"].update(batch=3, step=state["progress"]["step"] + 3)
     torch.save(state, tmp_path / "part-way.pt")
-    more = ["--epochs", "2", "--out-dir", tmp_path / "b", "--batch-size", "8"]
+    more = ["--model", "mlp", "--epochs", "2", "--out-dir", tmp_path / "b", "--batch-size", "8"]
     refused = run(
         PY, "train.py", *RUN, *more, "--resume", tmp_path / "part-way.pt", cwd=project, check=False
     )
