@@ -87,6 +87,22 @@ def test_each_sample_once_per_epoch_and_resume_continues_exactly(data_module):
     assert len(shares[0]) == len(shares[1]) == 50
 
 
+@pytest.mark.parametrize("seed", [3, 2**32 - 1])
+def test_each_process_draws_its_own_crops_from_any_seed(data_module, seed):
+    """Two processes crop and flip their batches with draws of their own (as the loader path's
+    per-sample seeds do), and the largest --seed overflows no generator."""
+    images = torch.arange(64, dtype=torch.uint8).view(1, 1, 8, 8).expand(80, 1, 8, 8)
+    labels = torch.arange(80)
+    batches = []
+    for rank in (0, 1):
+        data = data_module.DeviceData(images, labels, 10, seed, 0.5, torch.device("cpu"), rank, 2)
+        data.set_epoch(1)
+        batches.append([x for x, _ in data])
+    assert len(batches[0]) == len(batches[1]) == 4
+    # Every image is the same, so equal batches would mean equal draws.
+    assert not any(torch.equal(a, b) for a, b in zip(*batches, strict=True))
+
+
 def test_auto_keeps_in_memory_sets_on_a_cpu_and_loads_image_folders(data_module, tmp_path):
     from PIL import Image
 

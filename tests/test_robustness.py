@@ -34,6 +34,7 @@ BAD_FLAGS = {
     "unknown device": (["--device", "tpu7"], "argument --device: unknown device 'tpu7'"),
     "label smoothing 1": (["--label-smoothing", "1"], "argument --label-smoothing: must be"),
     "unknown flag": (["--learning-rate", "0.1"], "unrecognized arguments: --learning-rate"),
+    "seed past 32 bits": (["--seed", str(2**32)], "argument --seed: must be an integer >= 0 and"),
     "image size of cifar": (
         ["--data", "cifar10", "--image-size", "64"],
         "argument --image-size: cifar10 images are 32x32",

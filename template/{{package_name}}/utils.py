@@ -18,14 +18,16 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def int_at_least(low: int):
+def int_at_least(low: int, at_most: int | None = None):
+    bounds = f">= {low}" if at_most is None else f">= {low} and <= {at_most}"
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be an integer {bounds}, got {text!r}") from None
+        if value < low or (at_most is not None and value > at_most):
+            raise argparse.ArgumentTypeError(f"must be an integer {bounds}, got {text!r}")
         return value
 
     return parse
