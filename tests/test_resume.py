@@ -3,6 +3,7 @@ signals, atomic writes, safe loading, and runs that stop on non-finite losses.""
 
 from __future__ import annotations
 
+import math
 import os
 import random
 import signal
@@ -193,3 +194,11 @@ def test_a_part_way_epoch_resumes_only_with_its_batch_size(project, tmp_path):
     resumed = run(PY, "train.py", *RUN, *more, "--resume", tmp_path / "a/last.pt", cwd=project)
     assert "resumed from" in resumed.stdout
     assert [row["epoch"] for row in read_metrics(tmp_path / "b")] == [2]
+    # A checkpoint as v0.4.0 wrote it, with neither the batch layout nor the count of finite
+    # losses in its meter, still resumes part-way through the epoch with any batch size.
+    del state["batch_layout"], state["meter"]["finite"]
+    torch.save(state, tmp_path / "older.pt")
+    more[more.index(tmp_path / "b")] = tmp_path / "c"
+    run(PY, "train.py", *RUN, *more, "--resume", tmp_path / "older.pt", cwd=project)
+    rows = read_metrics(tmp_path / "c")
+    assert [row["epoch"] for row in rows] == [2] and math.isfinite(rows[0]["train_loss"])
