@@ -319,13 +319,14 @@ def test_flags_torchrun_cannot_honour_are_refused(ddp_project, monkeypatch, caps
     with inside(ddp_project):
         import train
 
+        parser = train.get_args_parser()
+        args = parser.parse_args(flags)
         with pytest.raises(SystemExit) as exit_info:
-            train.check_args(train.get_args_parser(), train.get_args_parser().parse_args(flags))
+            train.check_args(parser, args)
         assert exit_info.value.code == 2
         assert message in capsys.readouterr().err.strip().splitlines()[-1]
         monkeypatch.delenv("RANK")
-        args = train.get_args_parser().parse_args(flags)
-        train.check_args(train.get_args_parser(), args)  # not refused outside torchrun
+        train.check_args(parser, args)  # not refused outside torchrun
 
 
 def test_a_loss_non_finite_on_one_rank_is_skipped_by_every_rank(ddp_project, tmp_path):
