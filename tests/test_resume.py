@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-from tests.helpers import read_metrics, render, run
+from tests.helpers import inside, read_metrics, render, run
 
 PY = sys.executable
 TORCHRUN = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
@@ -140,6 +140,8 @@ def test_ddp_preempted_then_resumed_is_bit_identical(ddp_project, tmp_path):
     result = run(*cmd, cwd=ddp_project)
     assert "resumed from" in result.stdout
     same_training(tmp_path / "whole/last.pt", out / "last.pt")
+    # Each process resumed its own share of the epoch's losses, not rank 0's.
+    assert without_speed(read_metrics(out)) == without_speed(read_metrics(tmp_path / "whole"))
 
 
 @pytest.mark.slow
@@ -202,3 +204,27 @@ def test_a_part_way_epoch_resumes_only_with_its_batch_size(project, tmp_path):
     run(PY, "train.py", *RUN, *more, "--resume", tmp_path / "older.pt", cwd=project)
     rows = read_metrics(tmp_path / "c")
     assert [row["epoch"] for row in rows] == [2] and math.isfinite(rows[0]["train_loss"])
+
+
+def test_ema_added_on_resuming_averages_from_the_loaded_weights(project, tmp_path, monkeypatch):
+    """A run resumed with --ema from a checkpoint without an average starts the average from
+    the weights it loaded, not from the freshly initialised ones."""
+    flags = [*RUN[1:], "--workers", "0", "--model", "mlp", "--out-dir", str(tmp_path)]
+    run(PY, "train.py", *flags, "--epochs", "1", "--no-ema", cwd=project)
+    saved = torch.load(tmp_path / "last.pt", weights_only=True)
+    assert saved["ema"] is None
+    averaged_from = []
+    with inside(project):
+        import train
+
+        update = train.EMA.update
+
+        def first_update(ema, model):
+            if not averaged_from:
+                averaged_from.append({k: v.clone() for k, v in ema.module.state_dict().items()})
+            update(ema, model)
+
+        monkeypatch.setattr(train.EMA, "update", first_update)
+        train.main([*flags, "--epochs", "2", "--ema"])
+    tensors_equal(averaged_from[0], saved["model"])
+    assert "ema_val_acc" in read_metrics(tmp_path)[-1]
