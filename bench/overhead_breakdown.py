@@ -43,7 +43,7 @@ PIECES = {
         ('run["guard"].before_step(window_bad)', "pass"),
         ('run["guard"].after_step(window_bad)', "pass"),
     ],
-    "autocast": [('with run["autocast"]():', "if True:")],
+    "autocast": [('with run["autocast"]():  # autocast computes the loss in float32', "if True:")],
     "nonfinite": [
         ("bad = non_finite(loss)  # 1.0 for NaN or inf", "bad = window_bad = NO_BAD_STEP"),
         ("window_bad = bad", "pass"),
@@ -78,8 +78,6 @@ def edited(source: str, pieces: list[str]) -> str | None:
                     found = True
         if not found:
             return None
-    # Without the sample meter the epoch's train loss would divide by zero.
-    tail = tail.replace("loss_sum / seen", "loss_sum / max(seen, 1)")
     head += "\n\nNO_BAD_STEP = torch.zeros(())  # for the copy without the non-finite flag\n"
     return head + sep + "\n".join(lines) + sep2 + tail
 
