@@ -184,3 +184,20 @@ def test_crop_indices_reflect_at_both_ends(data_module):
     ]
     with pytest.raises(data_module.DataError, match="too small to pad by 4"):
         data_module.reflected_crops(4, torch.device("cpu"))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_batches_are_normalised_in_the_memory_format_asked_for(data_module, channels_last):
+    """(x - mean) / std per channel, on uint8 images as both paths deliver them, in the layout
+    that --channels-last asks for."""
+    info = data_module.DataInfo(10, 3, 8, mean=(0.5, 0.25, 0.0), std=(0.5, 0.25, 1.0))
+    batches = data_module.DeviceBatches(info, torch.device("cpu"), channels_last)
+    images = torch.randint(256, (4, 3, 8, 8), dtype=torch.uint8)
+    # A cropped view, as the on-device set may hand over.
+    out, targets = batches.prepare(images[..., :6, 1:7], torch.arange(4))
+    mean = torch.tensor([0.5, 0.25, 0.0]).view(1, 3, 1, 1) * 255
+    std = torch.tensor([0.5, 0.25, 1.0]).view(1, 3, 1, 1) * 255
+    torch.testing.assert_close(out, (images[..., :6, 1:7].float() - mean) / std)
+    assert torch.equal(targets, torch.arange(4))
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    assert out.is_contiguous(memory_format=layout)

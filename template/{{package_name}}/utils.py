@@ -173,8 +173,8 @@ def non_finite(loss: torch.Tensor) -> torch.Tensor:
     """1.0 if `loss` (detached) is NaN or infinite, else 0.0: a float32 tensor on the loss's
     device, the form fused optimizers take as `found_inf`. No host sync, and two small
     kernels where torch.isfinite takes several: x - x is 0 for a finite x and NaN for the
-    rest, and only NaN differs from itself. Both kernels take tensors only: an operand that
-    is a Python number costs a conversion on every call, as does each extra call here."""
+    rest, and only NaN differs from itself. Both kernels take tensors only (an operand that
+    is a Python number costs a conversion on every call), and a float32 loss is not cast."""
     if loss.dtype != torch.float32:
         loss = loss.float()
     diff = loss - loss
