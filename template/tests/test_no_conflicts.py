@@ -18,9 +18,12 @@ SEPARATOR = "=" * 7
 
 
 def is_skipped(folder: Path) -> bool:
-    """Outputs, downloads, caches, virtual environments and hidden folders (.git, .venv)."""
+    """Outputs and downloads at the top of the project, caches, virtual environments and
+    hidden folders (.git, .venv). A folder deeper down is checked whatever its name."""
+    top_level = folder.parent == ROOT
     return (
-        folder.name in {"runs", "data", "build", "dist", "__pycache__"}
+        (top_level and folder.name in {"runs", "data", "build", "dist"})
+        or folder.name == "__pycache__"
         or folder.name.startswith(".")
         or folder.name.endswith(".egg-info")
         or (folder / "pyvenv.cfg").exists()
