@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +18,7 @@ import torch
 from tests.helpers import inside, read_metrics, render, run
 
 PY = sys.executable
+PAUSE_AT = str(Path(__file__).with_name("pause_at.py"))
 TORCHRUN = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 REQUEUE_EXIT = 75
 # 10 optimizer steps per epoch, 2 epochs: room to interrupt anywhere.
@@ -59,20 +61,29 @@ def checkpoint_step(path) -> int:
         return -1
 
 
-def interrupt_at(cmd, cwd, last_pt, step: int, sig: int, timeout=180) -> int:
-    """Start `cmd`, send `sig` once `last_pt` holds `step` or later; return the exit status."""
+def interrupt_at(cmd, cwd, steps: int, sig: int, markers: int = 1, timeout=180) -> int:
+    """Run `cmd` (train.py and its flags) under tests/pause_at.py, held before optimizer step
+    `steps` + 1 of this process; send `sig` to it there (to torchrun, with `markers` = the
+    processes, which are all held) and return its exit status."""
+    marker = cwd / f".paused-{os.getpid()}-{time.monotonic_ns()}"
+    names = [marker] if markers == 1 else [f"{marker}.{rank}" for rank in range(markers)]
+    script = cmd.index("train.py")
+    cmd = [*cmd[:script], PAUSE_AT, str(steps), str(marker), *cmd[script:]]
     job = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout
     try:
-        while checkpoint_step(last_pt) < step:
+        while not all(os.path.exists(name) for name in names):
             assert job.poll() is None, job.stdout.read().decode()[-3000:]
-            assert time.monotonic() < deadline, "no checkpoint came"
+            assert time.monotonic() < deadline, "the run did not reach the step"
             time.sleep(0.05)
         job.send_signal(sig)
-        job.wait(timeout=120)
+        output = job.communicate(timeout=120)[0].decode()
     finally:
         if job.poll() is None:
             job.kill()
+        for name in names:
+            Path(name).unlink(missing_ok=True)
+    assert "pause_at:" not in output, output[-3000:]
     return job.returncode
 
 
@@ -104,8 +115,11 @@ def test_kill_9_anywhere_then_resume_is_bit_identical(project, tmp_path, loading
     out = tmp_path / "interrupted"
     cmd = [PY, "train.py", *flags, "--save-every", "1", "--out-dir", str(out)]
     kill_steps = sorted(random.Random(" ".join(loading)).sample(range(2, 18), 2))
-    for step in kill_steps:
-        assert interrupt_at(cmd, project, out / "last.pt", step, signal.SIGKILL) == -9
+    done = 0
+    for step in kill_steps:  # killed with step `step` checkpointed and the next one started
+        assert interrupt_at(cmd, project, step - done, signal.SIGKILL) == -9
+        assert checkpoint_step(out / "last.pt") == step
+        done = step
     result = run(*cmd, cwd=project)
     assert "resumed from" in result.stdout
     same_training(tmp_path / "whole/last.pt", out / "last.pt")
@@ -118,9 +132,9 @@ def test_preemption_signal_checkpoints_and_exits_for_requeue(project, tmp_path, 
     run(PY, "train.py", *flags, "--out-dir", tmp_path / "whole", cwd=project)
     out = tmp_path / "preempted"
     cmd = [PY, "train.py", *flags, "--save-every", "5", "--out-dir", str(out)]
-    status = interrupt_at(cmd, project, out / "last.pt", 7, sig)
+    status = interrupt_at(cmd, project, 7, sig)  # the signal comes during step 8
     assert status == REQUEUE_EXIT
-    assert checkpoint_step(out / "last.pt") >= 7
+    assert checkpoint_step(out / "last.pt") == 8  # that step finished, then saved
     run(*cmd, cwd=project)
     same_training(tmp_path / "whole/last.pt", out / "last.pt")
 
@@ -134,9 +148,9 @@ def test_ddp_preempted_then_resumed_is_bit_identical(ddp_project, tmp_path):
     out = tmp_path / "preempted"
     cmd = [*TORCHRUN, "train.py", *flags, "--out-dir", str(out), "--save-every", "4"]
     # SIGTERM to torchrun, as SLURM or a cloud scheduler does: it passes it to both workers.
-    status = interrupt_at(cmd, ddp_project, out / "last.pt", 4, signal.SIGTERM)
+    status = interrupt_at(cmd, ddp_project, 4, signal.SIGTERM, markers=2)
     assert status != 0
-    assert checkpoint_step(out / "last.pt") >= 4
+    assert checkpoint_step(out / "last.pt") == 5  # the step under way finished, then saved
     result = run(*cmd, cwd=ddp_project)
     assert "resumed from" in result.stdout
     same_training(tmp_path / "whole/last.pt", out / "last.pt")
@@ -147,28 +161,25 @@ def test_ddp_preempted_then_resumed_is_bit_identical(ddp_project, tmp_path):
 @pytest.mark.slow
 def test_torchrun_restarts_a_killed_rank_and_the_run_completes(ddp_project, tmp_path):
     out = tmp_path / "out"
-    cmd = [*TORCHRUN, "--max-restarts=2", "train.py", *RUN, "--workers", "0"]
-    cmd += ["--save-every", "2", "--out-dir", str(out)]
-    job = subprocess.Popen(cmd, cwd=ddp_project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    marker = tmp_path / "paused"
+    cmd = [*TORCHRUN, "--max-restarts=2", PAUSE_AT, "4", marker, "train.py", *RUN]
+    cmd += ["--workers", "0", "--save-every", "2", "--out-dir", out]
+    job = subprocess.Popen(
+        [str(c) for c in cmd], cwd=ddp_project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         deadline = time.monotonic() + 180
-        while checkpoint_step(out / "last.pt") < 4:
+        held = [tmp_path / "paused.0", tmp_path / "paused.1"]
+        while not all(path.exists() for path in held):  # both hold step 5, step 4 saved
             assert job.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        rank1 = [
-            int(pid)
-            for pid in subprocess.run(
-                ["pgrep", "-P", str(job.pid)], capture_output=True, text=True
-            ).stdout.split()
-            if b"RANK=1\0" in open(f"/proc/{pid}/environ", "rb").read()
-        ]
-        os.kill(rank1[0], signal.SIGKILL)
+        os.kill(int(held[1].read_text()), signal.SIGKILL)
         output = job.communicate(timeout=150)[0].decode()
     finally:
         if job.poll() is None:
             job.kill()
     assert job.returncode == 0, output[-3000:]
-    assert "resumed from" in output
+    assert "resumed from" in output and "epoch 0, step 4" in output
     assert [row["epoch"] for row in read_metrics(out)] == [1, 2]
 
 
