@@ -356,3 +356,45 @@ def test_a_loss_non_finite_on_one_rank_is_skipped_by_every_rank(ddp_project, tmp
     state = torch.load(out / "last.pt", weights_only=True)
     for name, tensor in state["model"].items():
         assert torch.isfinite(tensor.float()).all(), name
+
+
+ALL_REDUCES_COUNTED = """\
+import os, sys
+sys.path.insert(0, os.getcwd())
+import train
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+rounds = []
+
+
+class CountingDDP(train.DDP):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_comm_hook(None, self.count)
+
+    @staticmethod
+    def count(group, bucket):
+        rounds.append(bucket.index())
+        return allreduce_hook(group, bucket)
+
+
+train.DDP = CountingDDP
+train.main(sys.argv[1:])
+with open(os.environ["ROUNDS_LOG"], "a") as log:
+    log.write(f"{os.environ['RANK']} {rounds.count(0)}\\n")
+"""
+
+
+def test_gradients_are_all_reduced_once_per_optimizer_step(ddp_project, tmp_path):
+    """With --accum-steps 4, DDP all-reduces the gradients only on the micro-batch that ends
+    each window (counted by a communication hook around DDP's own all-reduce): 10 batches
+    per process make windows of 4, 4 and 2, so 3 all-reduces, not 10."""
+    wrapper = tmp_path / "count.py"
+    wrapper.write_text(ALL_REDUCES_COUNTED)
+    log = tmp_path / "rounds.log"
+    flags = [*QUICK, "--synthetic-size", "160", "--accum-steps", "4", "--epochs", "1"]
+    flags += ["--out-dir", tmp_path / "o"]
+    env = {**os.environ, "ROUNDS_LOG": str(log)}
+    run(*TORCHRUN, wrapper, *flags, cwd=ddp_project, env=env, timeout=300)
+    assert sorted(log.read_text().split("\n")[:-1]) == ["0 3", "1 3"]
+    assert torch.load(tmp_path / "o/last.pt", weights_only=True)["progress"]["step"] == 3

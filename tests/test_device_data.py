@@ -201,3 +201,77 @@ def test_batches_are_normalised_in_the_memory_format_asked_for(data_module, chan
     assert torch.equal(targets, torch.arange(4))
     layout = torch.channels_last if channels_last else torch.contiguous_format
     assert out.is_contiguous(memory_format=layout)
+
+
+@pytest.fixture(scope="module")
+def ddp_data_module(template, tmp_path_factory):
+    project = tmp_path_factory.mktemp("device-ddp") / "p"
+    render(template, project, distributed="ddp", package_name="ddpproj")
+    with inside(project):
+        yield importlib.import_module("ddpproj.data")
+
+
+def shares_by_epoch(make, epochs=3, world_size=2) -> list[list[list[int]]]:
+    """[epoch][rank] -> the sample indices that process trains on, in order."""
+    shares = []
+    for epoch in range(epochs):
+        shares.append([])
+        for rank in range(world_size):
+            data = make(rank, world_size)
+            data.set_epoch(epoch)
+            shares[-1].append(data)
+    return shares
+
+
+def assert_a_new_partition_each_epoch(orders: list[list[list[int]]], length: int) -> None:
+    for epoch in orders:
+        assert sorted(i for share in epoch for i in share) == list(range(length))
+    for rank in range(len(orders[0])):
+        by_epoch = [tuple(epoch[rank]) for epoch in orders]
+        assert len(set(by_epoch)) == len(by_epoch), f"rank {rank} repeats an epoch's order"
+
+
+def test_ddp_processes_shuffle_anew_each_epoch(ddp_data_module):
+    """Under DDP each process's share of the training set (the loader's sampler and the
+    on-device set) is a new draw every epoch, and the processes together see every sample
+    once per epoch."""
+    length = 100
+    samplers = shares_by_epoch(lambda r, w: ddp_data_module.TrainSampler(range(length), 5, r, w))
+    assert_a_new_partition_each_epoch(
+        [[[index for index, _ in share] for share in epoch] for epoch in samplers], length
+    )
+    seeds = [{seed for _, seed in epoch[0]} for epoch in samplers]  # new augmentation draws
+    assert not seeds[0] & seeds[1]
+    images = torch.zeros(length, 1, 8, 8, dtype=torch.uint8)
+    labels = torch.arange(length)
+    cpu = torch.device("cpu")
+    device_sets = shares_by_epoch(
+        lambda r, w: ddp_data_module.DeviceData(images, labels, 10, 5, 0.0, cpu, r, w)
+    )
+    assert_a_new_partition_each_epoch(
+        [[torch.cat([y for _, y in share]).tolist() for share in epoch] for epoch in device_sets],
+        length,
+    )
+
+
+@pytest.mark.parametrize("on_device", ["on", "off"])
+def test_the_training_loop_starts_each_epoch_with_a_new_order(template, tmp_path, on_device):
+    """train.py tells its sampler (or on-device set) the epoch: the targets of its batches,
+    in order, differ between epochs."""
+    project = render(template, tmp_path / "p")
+    epochs = []
+    with inside(project):
+        import train
+
+        real = train.train_one_epoch
+
+        def recording(model, loader, batches, *args):
+            epochs.append([targets.tolist() for _, targets in batches(loader)])
+            return real(model, loader, batches, *args)
+
+        train.train_one_epoch = recording
+        flags = ["--device", "cpu", "--synthetic-size", "64", "--image-size", "8"]
+        flags += ["--batch-size", "16", "--epochs", "3", "--workers", "0", "--model", "mlp"]
+        train.main([*flags, "--data-on-device", on_device, "--out-dir", str(tmp_path / "o")])
+    assert len(epochs) == 3
+    assert len({str(order) for order in epochs}) == 3, "an epoch repeated another's order"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from tests.helpers import inside, read_metrics, render, run
 
@@ -239,3 +240,45 @@ def test_ema_added_on_resuming_averages_from_the_loaded_weights(project, tmp_pat
         train.main([*flags, "--epochs", "2", "--ema"])
     tensors_equal(averaged_from[0], saved["model"])
     assert "ema_val_acc" in read_metrics(tmp_path)[-1]
+
+
+def dropout_mlp(name, num_classes, in_channels, image_size):
+    """A model that draws random numbers while it trains, which the built-in ones do not."""
+    hidden = 64
+    return torch.nn.Sequential(
+        torch.nn.Flatten(),
+        torch.nn.Linear(in_channels * image_size * image_size, hidden),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(0.5),
+        torch.nn.Linear(hidden, num_classes),
+    )
+
+
+@pytest.mark.parametrize("stop_at", [3, 13])
+def test_a_model_with_dropout_resumes_bit_identically(project, tmp_path, monkeypatch, stop_at):
+    """Dropout's masks come from the global random generator: a run stopped part-way (by its
+    own SIGUSR1, sent as step `stop_at` starts) continues bit for bit only if the random
+    state saved in the checkpoint comes back on resuming."""
+    flags = [*RUN, "--workers", "0", "--model", "mlp"]
+    whole, out = tmp_path / "whole", tmp_path / "stopped"
+    taken = []
+
+    def stop(optimizer, args, kwargs):
+        taken.append(1)
+        if len(taken) == stop_at:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    with inside(project):
+        import train
+
+        monkeypatch.setattr(train, "build_model", dropout_mlp)
+        train.main([*flags, "--out-dir", str(whole)])
+        hook = register_optimizer_step_pre_hook(stop)
+        try:
+            with pytest.raises(train.Stopped):
+                train.main([*flags, "--out-dir", str(out)])
+        finally:
+            hook.remove()
+        assert checkpoint_step(out / "last.pt") == stop_at
+        train.main([*flags, "--out-dir", str(out)])
+    same_training(whole / "last.pt", out / "last.pt")

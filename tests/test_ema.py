@@ -1,0 +1,60 @@
+"""The EMA of the weights against an average computed by hand: after update u the average
+is d * average + (1 - d) * weights, with d = min(decay, (1 + u) / (10 + u)), and buffers
+(BatchNorm statistics) are copies of the model's."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from tests.helpers import inside, render
+
+
+@pytest.fixture(scope="module")
+def ema_class(template, tmp_path_factory):
+    project = render(template, tmp_path_factory.mktemp("ema") / "p", ema=True)
+    with inside(project):
+        yield importlib.import_module("proj.utils").EMA
+
+
+@pytest.mark.parametrize("decay", [0.5, 0.9])
+def test_the_average_is_the_hand_computed_one(ema_class, decay):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    ema = ema_class(model, decay)
+    expected = {name: p.detach().clone().double() for name, p in model.named_parameters()}
+    for u in range(1, 16):  # the ramp rules the first steps, then `decay` (for 0.5: from 8)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p))
+        model.train()(torch.randn(8, 3))  # new BatchNorm statistics
+        ema.update(model)
+        d = min(decay, (1 + u) / (10 + u))
+        for name, p in model.named_parameters():
+            expected[name] = d * expected[name] + (1 - d) * p.detach().double()
+        averaged = dict(ema.module.named_parameters())
+        for name, value in expected.items():
+            torch.testing.assert_close(averaged[name].double(), value, rtol=1e-5, atol=1e-6)
+        for mine, theirs in zip(ema.module.buffers(), model.buffers(), strict=True):
+            assert torch.equal(mine, theirs)
+    assert ema.state_dict()["updates"] == 15
+
+
+def test_the_average_resumes_where_it_was(ema_class):
+    """A state dict carries the average and the number of updates (which sets the ramp)."""
+    torch.manual_seed(1)
+    model = torch.nn.Linear(3, 2)
+    ema = ema_class(model, 0.9)
+    for _ in range(3):
+        with torch.no_grad():
+            model.weight.add_(1.0)
+        ema.update(model)
+    restored = ema_class(torch.nn.Linear(3, 2), 0.9)
+    restored.load_state_dict(ema.state_dict())
+    with torch.no_grad():
+        model.weight.add_(1.0)
+    ema.update(model)
+    restored.update(model)
+    assert torch.equal(restored.module.weight, ema.module.weight)
