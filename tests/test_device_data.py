@@ -139,7 +139,11 @@ def test_in_memory_tensors_of_torchvision_sets_and_not_of_other_sets(data_module
     mnist = torchvision.datasets.MNIST.__new__(torchvision.datasets.MNIST)
     mnist.data = torch.zeros(5, 28, 28, dtype=torch.uint8)
     mnist.targets = torch.arange(5)
-    assert data_module.in_memory_tensors(mnist)[0].shape == (5, 1, 28, 28)
+    images, labels = data_module.in_memory_tensors(mnist)
+    assert images.shape == (5, 1, 28, 28)
+    # Tensors already in memory are used as they are, not copied (torch.as_tensor).
+    assert images.data_ptr() == mnist.data.data_ptr()
+    assert labels.data_ptr() == mnist.targets.data_ptr()
 
     class Own(torch.utils.data.Dataset):
         data, targets = cifar.data, cifar.targets
