@@ -2,6 +2,8 @@
 #             release tag) with its default answers into demo/ and train it
 # make test   the whole test suite (what CI runs)
 # make bench  the CPU benchmarks (bench/README.md); writes bench/RESULTS.md
+# make mutants  deliberate breakages of the template, each against the tests that should
+#             notice it (tests/mutants.py); run before each release, not part of make test
 # All install what they need into .venv first, on a machine with Python 3.10+ and git.
 
 PYTHON ?= python3
@@ -13,7 +15,7 @@ BENCH_FLAGS ?= --threads 1
 DEMO_EPOCHS ?= 4
 JOBS ?= 2
 
-.PHONY: demo test test-quick lint bench bench-quick clean
+.PHONY: demo test test-quick mutants lint bench bench-quick clean
 
 $(READY): requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +33,12 @@ test: $(READY)
 # Everything but the tests marked slow, for quick iterations.
 test-quick: $(READY)
 	$(BIN)/python -m pytest -n $(JOBS) -m "not slow"
+
+# Every mutant of tests/mutants.py (MUTANTS=-k <word> for some): prints caught or missed for
+# each, the score and the slowest, and fails unless every one is caught.
+MUTANTS ?=
+mutants: $(READY)
+	$(BIN)/python tests/mutants.py $(MUTANTS)
 
 # Bench-only dependencies (Lightning, scikit-learn) into the same .venv, torch held at the
 # installed release so that pip cannot swap it for another.

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from tests.helpers import ROOT, TINY_RUN, read_metrics, render, run
+from tests.helpers import ROOT, TINY_RUN, inside, read_metrics, render, run
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yml"))
 
@@ -48,23 +48,26 @@ def test_recipe_renders_and_trains(template, tmp_path, example):
 
 
 @pytest.mark.slow
-def test_compiled_model_trains_and_saves_plain_weights(template, tmp_path):
-    """compile=True: torch.compile on the CPU (slow), checkpoints without _orig_mod."""
+def test_compiled_model_trains_and_saves_plain_weights(template, tmp_path, monkeypatch):
+    """compile=True: the model goes through torch.compile (slow on the CPU) and trains, and
+    checkpoints hold its plain weights, without _orig_mod."""
     import torch
 
     project = render(template, tmp_path / "p", compile=True, amp="off")
+    compiled = []
+
+    def spy(model, *args, **kwargs):
+        compiled.append(type(model).__name__)
+        return real_compile(model, *args, **kwargs)
+
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", spy)
     flags = ["--synthetic-size", "32", "--image-size", "8", "--batch-size", "16", "--workers", "0"]
-    run(
-        sys.executable,
-        "train.py",
-        *flags,
-        "--epochs",
-        "1",
-        "--out-dir",
-        tmp_path / "out",
-        cwd=project,
-        timeout=600,
-    )
+    with inside(project):
+        import train
+
+        train.main([*flags, "--epochs", "1", "--out-dir", str(tmp_path / "out")])
+    assert compiled == ["ResNetSmall"]
     state = torch.load(tmp_path / "out/last.pt", weights_only=True)
     assert state["args"]["compile"] is True
     assert not any(key.startswith("_orig_mod.") for key in state["model"])

@@ -3,6 +3,7 @@ and checkpoint writers killed at random moments."""
 
 from __future__ import annotations
 
+import argparse
 import random
 import signal
 import subprocess
@@ -90,7 +91,12 @@ def bad_checkpoints(checkpoint, folder):
     (folder / "empty.pt").write_bytes(b"")
     (folder / "text.pt").write_text("this is not a checkpoint\n")
     torch.save({"weights": torch.zeros(3)}, folder / "foreign.pt")
+    # A checkpoint that would build an object while loading: refused, never unpickled.
+    state = torch.load(checkpoint, weights_only=True)
+    state["args"] = argparse.Namespace(**state["args"])
+    torch.save(state, folder / "with-code.pt")
     return {
+        "with-code.pt": "not a readable checkpoint",
         "truncated.pt": "not a readable checkpoint",
         "empty.pt": "not a readable checkpoint",
         "text.pt": "not a readable checkpoint",

@@ -1,0 +1,585 @@
+"""Mutation checking: deliberate breakages of the template, one at a time, each run against the
+tests that should notice it. Not part of `make test`; run it before each release.
+
+    make mutants                          # every mutant
+    .venv/bin/python tests/mutants.py -k amp      # those whose name or what it breaks says amp
+    .venv/bin/python tests/mutants.py --list      # the list, with the tests of each
+    .venv/bin/python tests/mutants.py --check     # only that every mutant still applies
+
+For each mutant, what the tests read (copier.yml, template/, hooks/, examples/, tests/,
+pyproject.toml) is copied to a temporary folder and one change is made there: a piece of
+text replaced by another. The text must occur exactly as often as the mutant says, so a
+mutant that no longer applies after the code changed is an error, never a silent pass. Then
+the mutant's tests run on the copy. Caught: they fail. Missed: they pass, and a test is
+missing. The script prints a line per mutant, the score and the slowest mutant, and exits 1
+unless every mutant applied and was caught.
+
+Each technique of the generated project and each guarantee of the README has at least one
+mutant; add one with every new technique. The tests named here are the ones expected to
+notice, but they check behaviour, not the mutant: a mutant that a test catches only by
+accident of its wording is a mutant to rewrite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+COPIED = ("copier.yml", "pyproject.toml", "template", "hooks", "examples", "tests")
+PKG = "template/{{package_name}}"
+TRAIN = "template/train.py.jinja"
+DATA = f"{PKG}/data.py.jinja"
+UTILS = f"{PKG}/utils.py"
+SCHEDULE = f"{PKG}/schedule.py.jinja"
+FINDERS = f"{PKG}/finders.py.jinja"
+OPTIM = f"{PKG}/optim.py.jinja"
+CHECKPOINT = f"{PKG}/checkpoint.py"
+DISTRIBUTED = PKG + "/{% if distributed == 'ddp' %}distributed.py{% endif %}"
+LAMB = PKG + "/{% if optimizer == 'lamb' %}lamb.py{% endif %}"
+LARS = PKG + "/{% if optimizer == 'lars' %}lars.py{% endif %}"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    breaks: str  # the technique or guarantee it breaks
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]  # pytest arguments: files, node ids, -k expressions
+    occurrences: int = 1
+
+
+MUTANTS = [
+    # Schedules
+    Mutant(
+        "1cycle-ignores-accumulation",
+        "1cycle: total steps from the loader length after accumulation",
+        TRAIN,
+        "steps_per_epoch = math.ceil(len(train_loader) / args.accum_steps)",
+        "steps_per_epoch = len(train_loader)",
+        ("tests/test_schedules.py",),
+    ),
+    Mutant(
+        "1cycle-fixed-pct-start",
+        "1cycle: the warm-up share of the cycle",
+        SCHEDULE,
+        "pct_start=args.pct_start,",
+        "pct_start=0.3,",
+        ("tests/test_schedules.py", "-k", "onecycle"),
+    ),
+    Mutant(
+        "cyclic-mode-ignored",
+        "cyclical LR: triangular / triangular2 / exp_range",
+        SCHEDULE,
+        "mode=args.cyclic_mode,",
+        'mode="triangular",',
+        ("tests/test_schedules.py", "-k", "cyclic"),
+    ),
+    Mutant(
+        "warmup-jumps",
+        "warmup: linear, ending exactly at the peak",
+        SCHEDULE,
+        "return min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0",
+        "return min(1.0, step / warmup) if warmup > 0 else 1.0",
+        ("tests/test_schedules.py", "-k", "warmup"),
+    ),
+    Mutant(
+        "cosine-without-floor",
+        "cosine annealing to a floor (--min-lr)",
+        SCHEDULE,
+        "return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))",
+        "return 0.5 * (1 + math.cos(math.pi * progress))",
+        ("tests/test_schedules.py", "-k", "cosine"),
+    ),
+    Mutant(
+        "restarts-same-length",
+        "cosine with warm restarts: each cycle --restart-mult times longer",
+        SCHEDULE,
+        "position, length = position - length, length * mult",
+        "position, length = position - length, length",
+        ("tests/test_schedules.py", "-k", "restarts"),
+    ),
+    # Finders
+    Mutant(
+        "lr-finder-suggests-the-minimum",
+        "LR finder: a tenth of the rate at the lowest smoothed loss",
+        FINDERS,
+        'return float(f"{lrs[lowest_step(smoothed)] / 10:.3g}")',
+        'return float(f"{lrs[lowest_step(smoothed)]:.3g}")',
+        ("tests/test_finders.py", "-k", "suggested_lr"),
+    ),
+    Mutant(
+        "batch-finder-no-headroom",
+        "batch-size finder: half the largest batch that fit",
+        FINDERS,
+        "batch_size = largest if failed is None else max(1, largest // 2)",
+        "batch_size = largest",
+        ("tests/test_finders.py", "-k", "memory_limit"),
+    ),
+    Mutant(
+        "batch-finder-lr-not-scaled",
+        "batch-size finder: the linear scaling rule for the learning rate",
+        TRAIN,
+        "lr = args.lr * args.batch_size / reference",
+        "lr = args.lr",
+        ("tests/test_finders.py", "-k", "memory_limit"),
+    ),
+    # Data loading
+    Mutant(
+        "workers-not-capped",
+        "DataLoader workers capped by the CPUs",
+        TRAIN,
+        "workers = min(args.workers, cpu_count())",
+        "workers = args.workers",
+        ("tests/test_loading.py",),
+    ),
+    Mutant(
+        "workers-not-persistent",
+        "persistent workers and prefetching",
+        DATA,
+        "options.update(persistent_workers=True, prefetch_factor=4)",
+        "options.update(prefetch_factor=4)",
+        ("tests/test_loading.py",),
+    ),
+    Mutant(
+        "memory-always-pinned",
+        "pinned memory on CUDA only",
+        DATA,
+        '"pin_memory": device.type == "cuda"',
+        '"pin_memory": True',
+        ("tests/test_loading.py",),
+    ),
+    Mutant(
+        "in-memory-set-copied",
+        "torch.as_tensor instead of torch.tensor: no needless copies",
+        DATA,
+        "images = torch.as_tensor(data)",
+        "images = torch.tensor(data)",
+        ("tests/test_device_data.py", "-k", "in_memory"),
+    ),
+    Mutant(
+        "device-data-same-order-every-epoch",
+        "on-device data: a new shuffle each epoch",
+        DATA,
+        "gen = torch.Generator(self.device).manual_seed(self.seed * 100_003 + self.epoch)\n"
+        "        order",
+        "gen = torch.Generator(self.device).manual_seed(self.seed * 100_003)\n        order",
+        ("tests/test_device_data.py",),
+    ),
+    Mutant(
+        "channels-last-ignored",
+        "channels_last batches",
+        DATA,
+        "images = images.contiguous(memory_format=torch.channels_last)",
+        "images = images.contiguous()",
+        ("tests/test_device_data.py", "-k", "memory_format"),
+    ),
+    # Mixed precision and the training step
+    Mutant(
+        "fp16-clips-scaled-gradients",
+        "AMP: unscale_ before clipping",
+        TRAIN,
+        "            scaler.unscale_(optimizer)\n",
+        "",
+        ("tests/test_training_step.py",),
+    ),
+    Mutant(
+        "fp16-schedule-steps-on-skips",
+        "AMP: no scheduler step when the GradScaler skipped",
+        TRAIN,
+        "        if scaler.get_scale() >= scale:  # the scale only drops after a skipped step\n"
+        "            scheduler.step()",
+        "        scheduler.step()",
+        ("tests/test_training_step.py",),
+    ),
+    Mutant(
+        "fp16-scaler-not-saved",
+        "AMP: the GradScaler's state in checkpoints",
+        TRAIN,
+        '            "scaler": scaler.state_dict(),\n',
+        "",
+        ("tests/test_training_step.py",),
+    ),
+    Mutant(
+        "no-clipping",
+        "gradient clipping",
+        TRAIN,
+        "        if args.clip_grad > 0:\n            nn.utils.clip_grad_norm_(",
+        "        if args.clip_grad < 0:\n            nn.utils.clip_grad_norm_(",
+        ("tests/test_training_step.py", "-k", "clipped"),
+    ),
+    Mutant(
+        "accumulation-sums",
+        "gradient accumulation: the window's mean",
+        TRAIN,
+        "\n(loss / window if window > 1 else loss).backward()",  # off and bf16
+        "\nloss.backward()",
+        ("tests/test_training_step.py", "-k", "accumulated"),
+        occurrences=2,
+    ),
+    Mutant(
+        "no-label-smoothing",
+        "label smoothing",
+        TRAIN,
+        "loss = F.cross_entropy(model(images), targets, label_smoothing=args.label_smoothing)",
+        "loss = F.cross_entropy(model(images), targets)",
+        ("tests/test_training_step.py", "-k", "smoothing"),
+        occurrences=2,
+    ),
+    Mutant(
+        "per-step-host-sync",
+        "no needless host syncs: the host waits only at log intervals",
+        TRAIN,
+        "        bad = non_finite(loss)  # 1.0 for NaN or inf\n",
+        "        bad = non_finite(loss)  # 1.0 for NaN or inf\n        loss.item()\n",
+        ("tests/test_host_syncs.py",),
+    ),
+    Mutant(
+        "model-not-compiled",
+        "torch.compile",
+        TRAIN,
+        "model = torch.compile(raw_model) if args.compile else raw_model",
+        "model = raw_model",
+        ("tests/test_examples.py", "-k", "compiled"),
+    ),
+    # Optimizers
+    Mutant(
+        "decay-on-biases",
+        "no weight decay on biases and normalisation parameters",
+        OPTIM,
+        "(no_decay if param.ndim <= 1 else decay).append(param)",
+        "(no_decay if param.ndim < 1 else decay).append(param)",
+        ("tests/test_rendered_suite.py",),
+    ),
+    Mutant(
+        "never-fused",
+        "fused optimizers where PyTorch has them",
+        OPTIM,
+        "return cls(groups, **options, fused=True)",
+        "return cls(groups, **options, foreach=True)",
+        ("tests/test_robustness.py", "-k", "leaves_model_and_optimizer"),
+    ),
+    Mutant(
+        "lamb-trust-inverted",
+        "LAMB: the trust ratio ||p|| / ||update||",
+        LAMB,
+        "trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, 1.0)",
+        "trust = torch.where((w_norm > 0) & (u_norm > 0), u_norm / w_norm, 1.0)",
+        ("tests/test_lamb_lars.py", "-k", "lamb"),
+    ),
+    Mutant(
+        "lars-without-decay-term",
+        "LARS: the local learning rate with the weight decay term",
+        LARS,
+        '/ (g_norm + weight_decay * w_norm + group["eps"])',
+        '/ (g_norm + group["eps"])',
+        ("tests/test_lamb_lars.py", "-k", "lars"),
+    ),
+    Mutant(
+        "adam-default-lr-too-high",
+        "each optimizer with sensible defaults",
+        "copier.yml",
+        "'adam': 0.002,",
+        "'adam': 0.2,",
+        ("tests/test_convergence.py", "-k", "adam and not adamw"),
+    ),
+    # Models and seeding
+    Mutant(
+        "bias-before-batchnorm",
+        "no bias before BatchNorm",
+        f"{PKG}/models.py",
+        "self.conv1 = nn.Conv2d(in_planes, planes, 3, stride, 1, bias=False)",
+        "self.conv1 = nn.Conv2d(in_planes, planes, 3, stride, 1, bias=True)",
+        ("tests/test_rendered_suite.py",),
+    ),
+    Mutant(
+        "cudnn-benchmark-off",
+        "cudnn.benchmark on, off when determinism is asked for",
+        UTILS,
+        "torch.backends.cudnn.benchmark = not deterministic",
+        "torch.backends.cudnn.benchmark = False",
+        ("tests/test_loading.py", "-k", "deterministic"),
+    ),
+    # EMA
+    Mutant(
+        "ema-decay-swapped",
+        "EMA of the weights: decay on the average, 1 - decay on the weights",
+        UTILS,
+        "torch._foreach_lerp_(averaged, current, 1 - decay)",
+        "torch._foreach_lerp_(averaged, current, decay)",
+        ("tests/test_ema.py",),
+    ),
+    Mutant(
+        "ema-never-updated",
+        "EMA of the weights: updated after every optimizer step",
+        TRAIN,
+        '            ema.update(run["raw_model"])',
+        "            pass",
+        ("tests/test_resume.py", "-k", "ema"),
+    ),
+    # DDP
+    Mutant(
+        "ddp-sampler-ignores-epoch",
+        "DDP: DistributedSampler with set_epoch",
+        DATA,
+        "        super().set_epoch(epoch)\n",
+        "",
+        ("tests/test_device_data.py", "-k", "ddp"),
+    ),
+    Mutant(
+        "loop-never-sets-the-epoch",
+        "a new shuffle each epoch (set_epoch from the loop)",
+        TRAIN,
+        'sampler.set_epoch(epoch, start=run["batch"] * args.batch_size)',
+        'sampler.set_epoch(0, start=run["batch"] * args.batch_size)',
+        ("tests/test_device_data.py", "-k", "new_order"),
+    ),
+    Mutant(
+        "ddp-all-reduce-every-micro-batch",
+        "DDP: no_sync on accumulation micro-batches",
+        TRAIN,
+        "with nullcontext() if stepping else no_sync():",
+        "with nullcontext():",
+        ("tests/test_ddp.py", "-k", "all_reduced"),
+    ),
+    Mutant(
+        "ddp-evaluation-pads",
+        "DDP: evaluation counts every sample exactly once",
+        DATA,
+        "self.indices = range(rank, length, world_size)",
+        "self.indices = [i % length for i in range(rank, length + 1, world_size)]",
+        ("tests/test_ddp.py", "-k", "evaluation_counts"),
+    ),
+    Mutant(
+        "ddp-every-rank-writes",
+        "DDP: rank 0 alone writes checkpoints and logs",
+        TRAIN,
+        "is_main = rank == 0  # only the first process writes files and prints",
+        "is_main = True",
+        ("tests/test_ddp.py", "-k", "rank_zero_alone"),
+    ),
+    Mutant(
+        "ddp-bad-loss-skipped-on-one-rank-only",
+        "non-finite guard under DDP: a step bad on any process is skipped by all",
+        TRAIN,
+        "        all_reduce_max(window_bad)\n",
+        "",
+        ("tests/test_ddp.py", "-k", "non_finite_on_one_rank"),
+    ),
+    # Checkpoints, resume and preemption
+    Mutant(
+        "resume-without-random-state",
+        "exact resume: the random state",
+        TRAIN,
+        '            set_rng_state(checkpoint["rng"][0])',
+        "            pass",
+        ("tests/test_resume.py", "-k", "dropout"),
+    ),
+    Mutant(
+        "resume-restarts-the-epoch",
+        "exact resume: the position in the epoch",
+        TRAIN,
+        'sampler.set_epoch(epoch, start=run["batch"] * args.batch_size)',
+        "sampler.set_epoch(epoch, start=0)",
+        ("tests/test_resume.py", "-k", "preemption"),
+    ),
+    Mutant(
+        "checkpoint-written-in-place",
+        "atomic checkpoint writes",
+        CHECKPOINT,
+        'fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)',
+        "fd, tmp = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), str(path)",
+        ("tests/test_robustness.py", "-k", "kill_9_during"),
+    ),
+    Mutant(
+        "checkpoint-unpickled",
+        "checkpoints loaded with weights_only",
+        CHECKPOINT,
+        'torch.load(path, map_location="cpu", weights_only=True)',
+        'torch.load(path, map_location="cpu", weights_only=False)',
+        ("tests/test_robustness.py", "-k", "bad_checkpoints"),
+    ),
+    Mutant(
+        "sigusr1-ignored",
+        "preemption: SIGTERM and SIGUSR1 checkpoint and exit",
+        UTILS,
+        "SIGNALS = (signal.SIGTERM, signal.SIGUSR1)",
+        "SIGNALS = (signal.SIGTERM,)",
+        ("tests/test_resume.py", "-k", "preemption"),
+    ),
+    Mutant(
+        "preemption-exits-0",
+        "preemption: exit 75 so that the scheduler requeues",
+        UTILS,
+        "REQUEUE_EXIT = 75",
+        "REQUEUE_EXIT = 0",
+        ("tests/test_resume.py", "-k", "preemption"),
+    ),
+    # The non-finite guard
+    Mutant(
+        "fused-step-not-skipped",
+        "non-finite losses never reach the weights (fused kernels)",
+        UTILS,
+        "self.optimizer.found_inf = bad  # the fused kernel skips the step when 1",
+        "pass",
+        ("tests/test_robustness.py", "-k", "non_finite"),
+    ),
+    Mutant(
+        "max-bad-steps-ignored",
+        "--max-bad-steps in a row stop the run",
+        TRAIN,
+        "if args.max_bad_steps and bad_in_row >= args.max_bad_steps:",
+        "if False:",
+        ("tests/test_robustness.py", "-k", "stop_the_run"),
+    ),
+    # Questions, update and migrations
+    Mutant(
+        "lr-zero-accepted",
+        "validators: lr > 0",
+        "copier.yml",
+        "{% if lr <= 0 or lr > 100 %}",
+        "{% if lr < 0 or lr > 100 %}",
+        ("tests/test_questions.py",),
+    ),
+    Mutant(
+        "package-named-after-an-output-folder",
+        "validators: no package that git ignores",
+        "copier.yml",
+        "{% elif package_name in project_folders.split() %}",
+        "{% elif package_name in [] %}",
+        ("tests/test_gitignore.py",),
+    ),
+    Mutant(
+        "conflict-check-misses-markers",
+        "update: conflict markers are found by the project's check",
+        "template/tests/test_no_conflicts.py",
+        "any(line.startswith(MARKERS) or line == SEPARATOR for line in lines)",
+        "any(line == SEPARATOR for line in lines)",
+        ("tests/test_gitignore.py", "-k", "conflict_check"),
+    ),
+    Mutant(
+        "renamed-answer-lost",
+        "migrations: a renamed question keeps its answer",
+        "hooks/migrate.py",
+        'ANSWERS.write_text(re.sub(rf"^{re.escape(old)}:", f"{new}:", text, flags=re.MULTILINE))',
+        "pass",
+        ("tests/test_migrations.py",),
+    ),
+    Mutant(
+        "git-init-commits-nothing",
+        "git_init: the project committed from day one",
+        "hooks/git_init.py",
+        'git("add", "--all")',
+        'git("add", "--", ".copier-answers.yml")',
+        ("tests/test_hooks.py",),
+    ),
+]
+
+
+def copy_of_the_repository(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in COPIED:
+        source = ROOT / name
+        if source.is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache")
+            shutil.copytree(source, dest / name, ignore=ignore)
+        elif source.exists():
+            shutil.copy2(source, dest / name)
+    return dest
+
+
+def apply(mutant: Mutant, repo: Path) -> str | None:
+    """Make the change in `repo`; the reason it cannot be made, or None."""
+    path = repo / mutant.path
+    if not path.is_file():
+        return f"{mutant.path} does not exist"
+    text = path.read_text()
+    found = text.count(mutant.old)
+    if found != mutant.occurrences:
+        return f"{mutant.path} has its text {found} times, not {mutant.occurrences}"
+    path.write_text(text.replace(mutant.old, mutant.new))
+    return None
+
+
+def pytest(repo: Path, tests: tuple[str, ...], jobs: int) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+    if jobs > 1:
+        command += ["-n", str(jobs)]
+    return subprocess.run(
+        [*command, *tests], cwd=repo, capture_output=True, text=True, timeout=1800
+    )
+
+
+def run_mutant(mutant: Mutant, jobs: int) -> tuple[str, float, str]:
+    """('caught' | 'missed' | 'error', seconds, detail)."""
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="mutant-") as folder:
+        repo = copy_of_the_repository(Path(folder))
+        problem = apply(mutant, repo)
+        if problem is not None:
+            return "error", 0.0, problem
+        result = pytest(repo, mutant.tests, jobs)
+    seconds = time.monotonic() - start
+    last = (result.stdout.strip().splitlines() or ["no output"])[-1]
+    if result.returncode == 1:
+        return "caught", seconds, last
+    if result.returncode == 0:
+        return "missed", seconds, last
+    return "error", seconds, f"pytest exited {result.returncode}: {last}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-k", dest="keyword", help="only mutants whose name or target has it")
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--check", action="store_true", help="only check that each applies")
+    parser.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers per mutant")
+    args = parser.parse_args(argv)
+
+    names = [m.name for m in MUTANTS]
+    duplicates = {name for name in names if names.count(name) > 1}
+    if duplicates:
+        parser.error(f"mutant names used twice: {', '.join(sorted(duplicates))}")
+    chosen = [
+        m for m in MUTANTS if not args.keyword or args.keyword in m.name or args.keyword in m.breaks
+    ]
+    if args.list:
+        for m in chosen:
+            print(f"{m.name:40} {m.breaks}\n{'':40} tests: {' '.join(m.tests)}")
+        return 0
+    if args.check:
+        with tempfile.TemporaryDirectory(prefix="mutants-") as folder:
+            failures = 0
+            for m in chosen:
+                repo = copy_of_the_repository(Path(folder) / m.name)
+                problem = apply(m, repo)
+                print(f"{'ok' if problem is None else 'ERROR':6} {m.name}  {problem or ''}")
+                failures += problem is not None
+        print(f"{len(chosen) - failures} of {len(chosen)} mutants apply")
+        return 1 if failures else 0
+
+    outcomes = []
+    for m in chosen:
+        outcome, seconds, detail = run_mutant(m, args.jobs)
+        outcomes.append((m, outcome, seconds))
+        print(f"{outcome:7} {seconds:6.1f} s  {m.name:40} {detail}", flush=True)
+    caught = sum(outcome == "caught" for _, outcome, _ in outcomes)
+    slowest = max(outcomes, key=lambda item: item[2])
+    print(f"\nscore: {caught} of {len(outcomes)} mutants caught")
+    print(f"slowest: {slowest[0].name}, {slowest[2]:.0f} s")
+    for m, outcome, _ in outcomes:
+        if outcome != "caught":
+            print(f"{outcome}: {m.name} ({m.breaks}); tests: {' '.join(m.tests)}")
+    return 0 if caught == len(outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""The training step, checked by what reaches the weights: gradients clipped to the threshold
+(under fp16, unscaled before they are clipped), the schedule advancing only with the steps
+that fp16's GradScaler really took, accumulated micro-batches stepping as one large batch,
+and label smoothing in the training loss only. The rendered train.py runs in this process,
+with `--amp fp16` forced on the CPU where it matters."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
+
+from tests.helpers import inside, render
+
+FLAGS = ["--device", "cpu", "--model", "mlp", "--image-size", "8"]
+FLAGS += ["--workers", "0", "--batch-size", "16", "--epochs", "1"]
+FP16 = [*FLAGS, "--amp", "fp16"]
+
+
+@pytest.fixture(scope="module")
+def project(template, tmp_path_factory):
+    return render(template, tmp_path_factory.mktemp("amp") / "p", amp="fp16", optimizer="adamw")
+
+
+@pytest.fixture(scope="module")
+def sgd_projects(template, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sgd")
+    return {amp: render(template, folder / amp, amp=amp) for amp in ("off", "fp16")}
+
+
+def train_main(project, flags) -> None:
+    with inside(project):
+        import train
+
+        train.main(flags)
+
+
+@pytest.mark.parametrize("clip", [1e-3, 0.05])
+@pytest.mark.parametrize("amp", ["off", "fp16"])
+def test_gradients_are_clipped_to_the_threshold(sgd_projects, tmp_path, amp, clip):
+    """Plain SGD (no momentum, no weight decay) moves the weights by lr x gradient, so each
+    step's move over its lr is the norm of the gradient it applied: the clipping threshold,
+    as the raw gradients are larger. Clipping the scaled gradients would leave them `scale`
+    times too small (whether the optimizer or the scaler unscales them afterwards)."""
+    applied, before = [], {}
+
+    def params(optimizer):
+        return [p for group in optimizer.param_groups for p in group["params"]]
+
+    def pre(optimizer, args, kwargs):
+        before["weights"] = [p.detach().clone() for p in params(optimizer)]
+        before["lr"] = optimizer.param_groups[0]["lr"]
+
+    def post(optimizer, args, kwargs):
+        moves = [p.detach() - w for p, w in zip(params(optimizer), before["weights"], strict=True)]
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(m) for m in moves]))
+        if norm > 0:  # 0: a step the scaler skipped (overflowing fp16 gradients)
+            applied.append(norm.item() / before["lr"])
+
+    hooks = [register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post)]
+    try:
+        flags = [*(FP16 if amp == "fp16" else FLAGS), "--synthetic-size", "160"]
+        flags += ["--clip-grad", str(clip), "--lr", "1"]
+        flags += ["--momentum", "0", "--weight-decay", "0", "--out-dir", str(tmp_path)]
+        train_main(sgd_projects[amp], flags)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert len(applied) >= 5, applied
+    assert applied == pytest.approx([clip] * len(applied), rel=2e-2)
+
+
+def test_the_schedule_waits_for_steps_the_scaler_skipped(project, tmp_path, monkeypatch):
+    """A scaler that starts far too high overflows the fp16 gradients for its first steps and
+    skips them; the schedule counts only the steps the optimizer took."""
+    monkeypatch.setattr(
+        torch.amp, "GradScaler", functools.partial(torch.amp.GradScaler, init_scale=2.0**28)
+    )
+    flags = [*FP16, "--synthetic-size", "320", "--out-dir", str(tmp_path)]
+    train_main(project, flags)
+    state = torch.load(tmp_path / "last.pt", weights_only=True)
+    loop_steps = state["progress"]["step"]
+    taken = int(state["optimizer"]["state"][0]["step"])  # AdamW counts the steps it takes
+    assert 0 < taken < loop_steps, (taken, loop_steps)  # some were skipped, not all
+    assert state["scheduler"]["last_epoch"] == taken
+    assert state["scaler"]["scale"] < 2.0**28
+
+
+def test_accumulated_micro_batches_step_as_one_large_batch(sgd_projects, tmp_path):
+    """Four micro-batches of 8 accumulated make the step that one batch of 32 makes: the
+    loader path gives both the same images in the same order (augmentation is seeded per
+    image), and the window's loss is the mean over its micro-batches."""
+    flags = [*FLAGS, "--synthetic-size", "128", "--data-on-device", "off", "--deterministic"]
+    flags += ["--epochs", "2"]
+    whole, accumulated = tmp_path / "whole", tmp_path / "accumulated"
+    train_main(sgd_projects["off"], [*flags, "--batch-size", "32", "--out-dir", str(whole)])
+    train_main(
+        sgd_projects["off"],
+        [*flags, "--batch-size", "8", "--accum-steps", "4", "--out-dir", str(accumulated)],
+    )
+    a = torch.load(whole / "last.pt", weights_only=True)
+    b = torch.load(accumulated / "last.pt", weights_only=True)
+    assert a["progress"]["step"] == b["progress"]["step"] == 8
+    for name, tensor in a["model"].items():
+        torch.testing.assert_close(b["model"][name], tensor, rtol=1e-4, atol=1e-5, msg=name)
+
+
+def test_label_smoothing_is_in_the_training_loss_only(sgd_projects, tmp_path, monkeypatch):
+    """Every training loss is the smoothed cross-entropy of its batch; validation losses are
+    plain, as they are compared across runs."""
+    import torch.nn.functional as F
+
+    training, validation = [], []
+    real = F.cross_entropy
+
+    def spy(logits, targets, *args, **kwargs):
+        loss = real(logits, targets, *args, **kwargs)
+        smoothed = real(logits.detach().float(), targets, label_smoothing=0.3)
+        plain = real(logits.detach().float(), targets)
+        if kwargs.get("reduction") == "sum":
+            smoothed, plain = smoothed * len(targets), plain * len(targets)
+        (training if torch.is_grad_enabled() else validation).append((loss, smoothed, plain))
+        return loss
+
+    monkeypatch.setattr(F, "cross_entropy", spy)
+    flags = [*FLAGS, "--synthetic-size", "64", "--label-smoothing", "0.3"]
+    train_main(sgd_projects["off"], [*flags, "--out-dir", str(tmp_path)])
+    assert training and validation
+    for loss, smoothed, plain in training:
+        torch.testing.assert_close(loss.detach(), smoothed)
+        assert not torch.isclose(loss.detach(), plain)
+    for loss, _, plain in validation:
+        torch.testing.assert_close(loss, plain)
