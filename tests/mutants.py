@@ -529,7 +529,8 @@ def run_mutant(mutant: Mutant, jobs: int) -> tuple[str, float, str]:
         result = pytest(repo, mutant.tests, jobs)
     seconds = time.monotonic() - start
     last = (result.stdout.strip().splitlines() or ["no output"])[-1]
-    if result.returncode == 1:
+    # With -x, pytest-xdist reports the first failure as an interruption (exit status 2).
+    if result.returncode in (1, 2) and " failed" in last:
         return "caught", seconds, last
     if result.returncode == 0:
         return "missed", seconds, last
