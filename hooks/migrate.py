@@ -4,6 +4,8 @@
                                        .copier-answers.yml is kept under the name NEW
     migrate.py move-file OLD NEW       after the update: the template moved the file OLD to
                                        NEW; edits the user made to OLD are merged into NEW
+    migrate.py gather-extras           before the update to v0.7.0: the answers ema and
+                                       logger become entries of the question extras
 
 Copier sets VERSION_FROM (the template's commit the project was last rendered from) in the
 environment; the template's repository is the folder above this script. Each step changes
@@ -36,6 +38,26 @@ def rename_answer(old: str, new: str) -> None:
         sys.exit(f"migrate: {ANSWERS} has both {old} and {new}; remove {old} and run again")
     ANSWERS.write_text(re.sub(rf"^{re.escape(old)}:", f"{new}:", text, flags=re.MULTILINE))
     print(f"migrate: the answer {old} is now called {new}", file=sys.stderr)
+
+
+def gather_extras() -> None:
+    """v0.7.0 asks for the optional parts in one multi-select question, extras. `ema: true`
+    becomes the extra ema and `logger: tensorboard` the extra tensorboard; the project keeps
+    the finders, which every project had before."""
+    text = ANSWERS.read_text()
+    if re.search(r"^extras:", text, flags=re.MULTILINE):
+        return  # answered already
+    ema = re.search(r"^ema:\s*(\S+)", text, flags=re.MULTILINE)
+    logger = re.search(r"^logger:\s*(\S+)", text, flags=re.MULTILINE)
+    extras = ["finders"]
+    if ema and ema.group(1).lower() == "true":
+        extras.append("ema")
+    if logger and logger.group(1).strip("'\"") == "tensorboard":
+        extras.append("tensorboard")
+    text = re.sub(r"^(ema|logger):.*\n", "", text, flags=re.MULTILINE)
+    text += "extras:\n" + "".join(f"- {extra}\n" for extra in extras)
+    ANSWERS.write_text(text)
+    print(f"migrate: the optional parts are now the answer extras: {extras}", file=sys.stderr)
 
 
 def move_file(old: str, new: str) -> None:
@@ -91,10 +113,12 @@ def move_file(old: str, new: str) -> None:
 
 
 def main(argv: list[str]) -> None:
-    commands = {"rename-answer": rename_answer, "move-file": move_file}
-    if len(argv) != 3 or argv[0] not in commands:
-        sys.exit(f"usage: migrate.py {{{','.join(commands)}}} OLD NEW (got {' '.join(argv)})")
-    commands[argv[0]](*argv[1:])
+    commands = {"rename-answer": (rename_answer, 2), "move-file": (move_file, 2)}
+    commands["gather-extras"] = (gather_extras, 0)
+    if not argv or argv[0] not in commands or len(argv) != 1 + commands[argv[0]][1]:
+        sys.exit(f"usage: see {__file__} (got {' '.join(argv)})")
+    step, _ = commands[argv[0]]
+    step(*argv[1:])
 
 
 if __name__ == "__main__":

@@ -36,12 +36,12 @@ COPIED = ("copier.yml", "pyproject.toml", "template", "hooks", "examples", "test
 PKG = "template/{{package_name}}"
 TRAIN = "template/train.py.jinja"
 DATA = f"{PKG}/data.py.jinja"
-UTILS = f"{PKG}/utils.py"
+UTILS = f"{PKG}/utils.py.jinja"
 SCHEDULE = f"{PKG}/schedule.py.jinja"
-FINDERS = f"{PKG}/finders.py.jinja"
+FINDERS = PKG + "/{% if finders %}finders.py{% endif %}.jinja"
 OPTIM = f"{PKG}/optim.py.jinja"
 CHECKPOINT = f"{PKG}/checkpoint.py"
-DISTRIBUTED = PKG + "/{% if distributed == 'ddp' %}distributed.py{% endif %}"
+DISTRIBUTED = PKG + "/{% if ddp %}distributed.py{% endif %}.jinja"
 LAMB = PKG + "/{% if optimizer == 'lamb' %}lamb.py{% endif %}"
 LARS = PKG + "/{% if optimizer == 'lars' %}lars.py{% endif %}"
 
@@ -284,11 +284,11 @@ MUTANTS = [
         ("tests/test_lamb_lars.py", "-k", "lars"),
     ),
     Mutant(
-        "adam-default-lr-too-high",
+        "adam-default-lr-too-low-to-learn",
         "each optimizer with sensible defaults",
         "copier.yml",
         "'adam': 0.002,",
-        "'adam': 0.2,",
+        "'adam': 0.000002,",
         ("tests/test_convergence.py", "-k", "adam and not adamw"),
     ),
     # Models and seeding

@@ -59,12 +59,14 @@ def test_every_combination_trains_on_two_processes(template, tmp_path, amp):
 
 @pytest.fixture(scope="module")
 def ddp_project(template, tmp_path_factory):
-    return render(template, tmp_path_factory.mktemp("ddp") / "p", distributed="ddp", ema=True)
+    return render(
+        template, tmp_path_factory.mktemp("ddp") / "p", distributed="ddp", extras=["finders", "ema"]
+    )
 
 
 @pytest.fixture(scope="module")
 def single_project(template, tmp_path_factory):
-    return render(template, tmp_path_factory.mktemp("single") / "p", ema=True)
+    return render(template, tmp_path_factory.mktemp("single") / "p", extras=["finders", "ema"])
 
 
 def test_single_rendering_has_no_distributed_code(single_project):

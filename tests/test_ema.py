@@ -14,9 +14,9 @@ from tests.helpers import inside, render
 
 @pytest.fixture(scope="module")
 def ema_class(template, tmp_path_factory):
-    project = render(template, tmp_path_factory.mktemp("ema") / "p", ema=True)
+    project = render(template, tmp_path_factory.mktemp("ema") / "p", extras=["ema"])
     with inside(project):
-        yield importlib.import_module("proj.utils").EMA
+        yield importlib.import_module("proj.ema").EMA
 
 
 @pytest.mark.parametrize("decay", [0.5, 0.9])

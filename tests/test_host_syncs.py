@@ -76,7 +76,7 @@ def projects(template, tmp_path_factory):
 
     def get(amp: str) -> Path:
         if amp not in rendered:
-            rendered[amp] = render(template, tmp_path_factory.mktemp(amp), amp=amp)
+            rendered[amp] = render(template, tmp_path_factory.mktemp(amp), amp=amp, extras=["ema"])
         return rendered[amp]
 
     return get

@@ -1,4 +1,5 @@
-"""Every amp x optimizer x scheduler combination is rendered, linted and trained.
+"""Every amp x optimizer x scheduler combination is rendered, linted and trained, and holds
+nothing of what its answers left out.
 
 The other questions are spread over the combinations so that each of their values is
 rendered and trained at least once.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 
 import pytest
 
@@ -17,14 +19,41 @@ COMBINATIONS = list(itertools.product(AMPS, OPTIMIZERS, SCHEDULERS))
 
 # Values of the other questions, cycled over the combinations (compile=True has its own test).
 OTHER_ANSWERS = {
-    "logger": ("csv", "tensorboard"),
+    "extras": ([], ["finders"], ["ema", "tensorboard"], ["finders", "ema", "tensorboard"], ["ema"]),
     "workers": (0, 2, 1),
     "batch_size": (16, 24),
     "channels_last": (False, True),
-    "ema": (False, True, False),
     "label_smoothing": (0.0, 0.1),
     "epochs": (1, 2),
 }
+
+# What an answer leaves out leaves no trace: words that no rendered file may hold (Python,
+# README, pyproject.toml, scripts), as regular expressions matched case-sensitively.
+FORBIDDEN = {
+    ("extras", "ema"): [r"\bema\b", r"\bEMA\b"],
+    ("extras", "finders"): [r"find_lr", r"find-lr", r"[Ff]inder", r"lr auto", r"batch-size auto"],
+    ("extras", "tensorboard"): [r"[Tt]ensor[Bb]oard", r"SummaryWriter"],
+    ("amp", "off"): [r"autocast", r"GradScaler", r"scaler", r"fp16", r"bf16", r"float16"],
+    ("amp", "bf16"): [r"GradScaler", r"scaler", r"fp16", r"\bfloat16"],
+}
+
+
+def forbidden_words(answers: dict) -> list[str]:
+    words = []
+    for extra in ("ema", "finders", "tensorboard"):
+        if extra not in answers["extras"]:
+            words += FORBIDDEN[("extras", extra)]
+    return words + FORBIDDEN.get(("amp", answers["amp"]), [])
+
+
+def check_nothing_left_out(project, answers: dict) -> None:
+    for path in project.rglob("*"):
+        if path.suffix not in (".py", ".md", ".toml", ".sh", ".sbatch") or "tests" in path.parts:
+            continue
+        text = path.read_text()
+        for word in forbidden_words(answers):
+            found = re.search(word, text)
+            assert not found, f"{path.relative_to(project)} holds {found.group()!r}"
 
 
 def other_answers(index: int) -> dict:
@@ -53,6 +82,7 @@ def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
         template, tmp_path / "p", amp=amp, optimizer=optimizer, scheduler=scheduler, **answers
     )
     check_rendered(project)
+    check_nothing_left_out(project, {"amp": amp, **answers})
     train_py = (project / "train.py").read_text()
     assert ("GradScaler" in train_py) == (amp == "fp16")
     assert ("autocast" in train_py) == (amp != "off")
@@ -74,8 +104,11 @@ def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
     assert 0 < rows[0]["elapsed_s"] <= rows[-1]["elapsed_s"]
     assert (project / "runs/test/last.pt").is_file()
     assert (project / "runs/test/best.pt").is_file()
-    assert ("ema_val_acc" in rows[0]) == answers["ema"]
-    assert (project / "runs/test/tensorboard").is_dir() == (answers["logger"] == "tensorboard")
+    extras = answers["extras"]
+    assert ("ema_val_acc" in rows[0]) == ("ema" in extras)
+    assert (project / "runs/test/tensorboard").is_dir() == ("tensorboard" in extras)
+    assert (project / "proj/finders.py").is_file() == ("finders" in extras)
+    assert (project / "proj/ema.py").is_file() == ("ema" in extras)
 
 
 def test_tiny_run_flags_are_valid(template, tmp_path):

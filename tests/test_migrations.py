@@ -10,6 +10,7 @@ import shutil
 import sys
 
 import pytest
+import yaml
 
 from tests.helpers import (
     GIT_ENV,
@@ -150,3 +151,80 @@ def test_a_move_git_cannot_merge_is_reported_as_such_not_as_a_conflict(tmp_path)
     assert "git show HEAD:old.txt" in result.stderr and "conflict" not in result.stderr
     assert (project / "new.txt").read_text() == "one\ntwo\nthree\n"
     assert not (project / "old.txt").exists()
+
+
+V060_QUESTIONS = """ema:
+  type: bool
+  help: Keep an exponential moving average of the weights by default (runtime flag --ema)
+  default: false
+
+logger:
+  type: str
+  help: Where metrics go besides the console (metrics.csv is always written)
+  choices:
+    "CSV only": csv
+    "CSV and TensorBoard": tensorboard
+  default: csv
+
+"""
+
+
+def as_v0_6_0(repo):
+    """Undo, in a copy of the working tree, what v0.7.0 changed in the questions: ema and
+    logger were questions of their own, and every project had the finders."""
+    config = repo / "copier.yml"
+    text = config.read_text()
+    extras = text.index("extras:\n  type: str")
+    short_names = text.index("# Not asked: short names")
+    text = text[:extras] + V060_QUESTIONS + text[short_names:]
+    computed_ema = "ema:\n  type: bool\n  when: false\n  default: \"{{ 'ema' in extras }}\"\n"
+    for new, old in (
+        (computed_ema, ""),
+        ("\"{{ 'finders' in extras }}\"", '"{{ true }}"'),
+        ("\"{{ 'tensorboard' in extras }}\"", "\"{{ logger == 'tensorboard' }}\""),
+    ):
+        assert text.count(new) == 1, new
+        text = text.replace(new, old)
+    text = text[: text.index("  # v0.7.0 gathered")]  # its migration, the last one
+    config.write_text(text)
+
+
+@pytest.fixture(scope="module")
+def extras_repo(tmp_path_factory):
+    repo = snapshot_template(tmp_path_factory.mktemp("repo"))
+    as_v0_6_0(repo)
+    tag_release(repo, "v0.6.0")
+    shutil.rmtree(repo / "template")
+    shutil.rmtree(repo / "hooks")
+    snapshot_template(repo)
+    tag_release(repo, "v0.7.0")
+    return repo
+
+
+@pytest.mark.parametrize(
+    ("old_answers", "extras"),
+    [
+        ({"ema": True, "logger": "tensorboard"}, ["finders", "ema", "tensorboard"]),
+        ({}, ["finders"]),
+    ],
+)
+def test_ema_and_logger_become_extras_and_the_project_keeps_its_parts(
+    extras_repo, tmp_path, old_answers, extras
+):
+    project = render_release(extras_repo, tmp_path / "p", "v0.6.0", **old_answers)
+    assert "extras" not in (project / ".copier-answers.yml").read_text()
+    assert (project / "proj/finders.py").is_file()
+    train = project / "train.py"
+    train.write_text(train.read_text().replace('default="runs/default"', 'default="runs/ours"'))
+    commit_all(project, "our edit")
+
+    update(project)
+
+    assert_no_conflicts(project)
+    answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
+    assert answers["extras"] == extras and answers["_commit"] == "v0.7.0"
+    assert "ema" not in answers and "logger" not in answers
+    assert 'default="runs/ours"' in train.read_text()  # the user's edit
+    assert (project / "proj/finders.py").is_file()
+    assert (project / "proj/ema.py").is_file() == ("ema" in extras)
+    assert ("tensorboard" in (project / "pyproject.toml").read_text()) == ("tensorboard" in extras)

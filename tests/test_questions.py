@@ -69,8 +69,8 @@ CHOICES = {
     "optimizer": OPTIMIZERS,
     "scheduler": SCHEDULERS,
     "distributed": ("single", "ddp"),
-    "logger": ("csv", "tensorboard"),
 }
+EXTRAS = ("finders", "ema", "tensorboard")
 
 
 def copy(template: Path, dest: Path, **answers) -> Path:
@@ -161,7 +161,6 @@ def test_good_answers_are_accepted(template, tmp_path):
         "optimizer": "lamb",
         "scheduler": "cyclic",
         "distributed": "single",
-        "logger": "tensorboard",
         "workers": 0,
         "batch_size": 1,
         "epochs": 1,
@@ -169,13 +168,15 @@ def test_good_answers_are_accepted(template, tmp_path):
         "label_smoothing": 0.0,
         "compile": True,
         "channels_last": True,
-        "ema": True,
+        "extras": ["ema", "tensorboard"],
     }
     dest = copy(template, tmp_path / "project", **answers)
     recorded = recorded_answers(dest)
     for question, answer in answers.items():
         assert recorded[question] == answer, question
     assert (dest / "_edge_2" / "lamb.py").is_file()
+    assert (dest / "_edge_2" / "ema.py").is_file()
+    assert not (dest / "_edge_2" / "finders.py").exists()
     train_py = (dest / "train.py").read_text()
     for flag_default in ("default=0,", "default=1,", "default=100.0,", "default=True,"):
         assert flag_default in train_py, flag_default
@@ -187,3 +188,29 @@ def test_just_inside_the_bounds_is_accepted(template, tmp_path):
     assert recorded["lr"] == 1e-6
     assert recorded["label_smoothing"] == 0.999
     assert recorded["workers"] == 0
+
+
+def test_an_unknown_extra_is_refused_naming_the_allowed_ones(template, tmp_path):
+    dest = tmp_path / "project"
+    with pytest.raises(ValueError) as refused:
+        copy(template, dest, extras=["ema", "wandb"])
+    message = str(refused.value)
+    assert "Invalid choice for 'extras'" in message and "'wandb'" in message
+    for allowed in EXTRAS:
+        assert repr(allowed) in message
+    assert_nothing_rendered(dest)
+
+
+@pytest.mark.parametrize("extras", [[], ["finders"], list(EXTRAS)])
+def test_extras_are_recorded_and_rendered(template, tmp_path, extras):
+    dest = copy(template, tmp_path / "project", package_name="proj", extras=extras)
+    assert recorded_answers(dest)["extras"] == extras
+    for extra, path in (("finders", "proj/finders.py"), ("ema", "proj/ema.py")):
+        assert (dest / path).is_file() == (extra in extras), path
+    pyproject = (dest / "pyproject.toml").read_text()
+    assert ("tensorboard" in pyproject) == ("tensorboard" in extras)
+
+
+def test_the_default_extras_are_the_finders(template, tmp_path):
+    dest = copy(template, tmp_path / "project")
+    assert recorded_answers(dest)["extras"] == ["finders"]

@@ -10,11 +10,14 @@ from tests.helpers import render, run
 
 PROJECTS = {
     "defaults": {},
-    "lamb-onecycle-fp16-tensorboard": dict(
-        optimizer="lamb", scheduler="onecycle", amp="fp16", logger="tensorboard"
+    "lamb-onecycle-fp16-finders-tensorboard": dict(
+        optimizer="lamb",
+        scheduler="onecycle",
+        amp="fp16",
+        extras=["finders", "tensorboard"],
     ),
     "ddp-lars-step-ema": dict(
-        distributed="ddp", optimizer="lars", scheduler="step", amp="off", ema=True
+        distributed="ddp", optimizer="lars", scheduler="step", amp="off", extras=["ema"]
     ),
 }
 
