@@ -291,6 +291,31 @@ MUTANTS = [
         "'adam': 0.000002,",
         ("tests/test_convergence.py", "-k", "adam and not adamw"),
     ),
+    Mutant(
+        "no-word-on-dataparallel",
+        "DP vs DDP: DataParallel is not offered, and the README says why",
+        "template/README.md.jinja",
+        "between GPUs, all-reduced in buckets while the backward pass is still running.",
+        "between GPUs.",
+        ("tests/test_ddp.py", "-k", "dataparallel"),
+    ),
+    # Metrics
+    Mutant(
+        "throughput-not-measured",
+        "throughput (samples/s) in the logs",
+        TRAIN,
+        '"samples_per_s": speed,',
+        '"samples_per_s": 0.0,',
+        ("tests/test_matrix.py", "-k", "off-sgd"),
+    ),
+    Mutant(
+        "metrics-csv-forgets-earlier-epochs",
+        "metrics.csv keeps every epoch across resumes",
+        f"{PKG}/logger.py.jinja",
+        'kept = [r for r in csv.DictReader(f) if int(r["epoch"]) < row["epoch"]]',
+        "kept = []",
+        ("tests/test_rendered_suite.py", "-k", "defaults"),
+    ),
     # Models and seeding
     Mutant(
         "bias-before-batchnorm",
@@ -312,7 +337,7 @@ MUTANTS = [
     Mutant(
         "ema-decay-swapped",
         "EMA of the weights: decay on the average, 1 - decay on the weights",
-        UTILS,
+        PKG + "/{% if ema %}ema.py{% endif %}",
         "torch._foreach_lerp_(averaged, current, 1 - decay)",
         "torch._foreach_lerp_(averaged, current, decay)",
         ("tests/test_ema.py",),

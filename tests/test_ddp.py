@@ -120,6 +120,16 @@ def test_save_every_minutes_saves_once_a_period(ddp_project, tmp_path, processes
         assert gap >= period / 2, (gap, saves)  # steps are milliseconds apart
 
 
+@pytest.mark.parametrize("distributed", ["single", "ddp"])
+def test_readme_says_why_ddp_and_not_dataparallel(ddp_project, single_project, distributed):
+    project = ddp_project if distributed == "ddp" else single_project
+    readme = (project / "README.md").read_text()
+    section = readme[readme.index("## Why DDP and not DataParallel") :]
+    section = section[: section.index("\n## ", 1)]
+    for reason in ("GIL", "one process per GPU", "cannot span machines", "all-reduced"):
+        assert reason in section, reason
+
+
 def test_help_says_how_to_launch(ddp_project):
     out = run(sys.executable, "train.py", "--help", cwd=ddp_project).stdout
     assert "torchrun --standalone --nproc-per-node=gpu train.py" in out
