@@ -159,7 +159,8 @@ def test_rank_zero_alone_writes_and_checkpoints_are_unwrapped(ddp_project, tmp_p
     state = torch.load(out_dir / "last.pt", weights_only=True)
     for key in list(state["model"]) + list(state["ema"]["module"]):
         assert not key.startswith(("module.", "_orig_mod.")), key
-    assert len(state["rng"]) == 2  # each process's RNG, to resume each exactly
+    assert len(state["processes"]) == 2  # each process's RNG and sums, to resume each exactly
+    assert state["rng"] == state["processes"][0]["rng"]  # the first's, for one process
     # 48 images / (8 per batch x 2 processes) = 3 batches per epoch, 2 steps with accum 2.
     assert state["progress"]["step"] == 4 and state["scheduler"]["last_epoch"] == 4
 

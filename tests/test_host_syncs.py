@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -67,7 +68,7 @@ class CountSyncs(TorchFunctionMode):
         if epoch_frame is None:
             self.elsewhere += 1
         else:
-            self.in_epoch.append((name, epoch_frame.f_locals["run"]["step"]))
+            self.in_epoch.append((name, epoch_frame.f_locals["progress"].step))
 
 
 @pytest.fixture(scope="module")
@@ -138,16 +139,16 @@ def test_counter_sees_every_kind_of_sync():
     assert counter.in_epoch == []
 
 
-def train_one_epoch(run):
+def train_one_epoch(progress):
     """Stands in for train.py's function of that name, for the checks of the counter."""
     loss = torch.tensor(0.5)
-    for run["step"] in range(1, 4):
+    for progress.step in range(1, 4):
         loss.item()  # one host sync per step
 
 
 def test_counter_attributes_syncs_to_train_one_epoch():
     counter = CountSyncs(Path(__file__))
     with counter:
-        train_one_epoch({"step": 0})
+        train_one_epoch(SimpleNamespace(step=0))
     assert counter.in_epoch == [("item", 1), ("item", 2), ("item", 3)]
     assert counter.elsewhere == 0

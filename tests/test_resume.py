@@ -47,7 +47,7 @@ def same_training(done, resumed) -> None:
     a = torch.load(done, weights_only=True)
     b = torch.load(resumed, weights_only=True)
     assert a.keys() == b.keys()
-    for part in ("model", "optimizer", "scheduler", "ema", "progress", "meter"):
+    for part in ("model", "optimizer", "scheduler", "ema", "progress", "sums"):
         if part in a:  # "ema" only with the extra
             tensors_equal(a[part], b[part], part)
 
@@ -214,12 +214,51 @@ def test_a_part_way_epoch_resumes_only_with_its_batch_size(project, tmp_path):
     assert [row["epoch"] for row in read_metrics(tmp_path / "b")] == [2]
     # A checkpoint as v0.4.0 wrote it, with neither the batch layout nor the count of finite
     # losses in its meter, still resumes part-way through the epoch with any batch size.
-    del state["batch_layout"], state["meter"]["finite"]
-    torch.save(state, tmp_path / "older.pt")
+    older = as_format_1(state)
+    del older["batch_layout"], older["meter"]["finite"]
+    torch.save(older, tmp_path / "older.pt")
     more[more.index(tmp_path / "b")] = tmp_path / "c"
     run(PY, "train.py", *RUN, *more, "--resume", tmp_path / "older.pt", cwd=project)
     rows = read_metrics(tmp_path / "c")
     assert [row["epoch"] for row in rows] == [2] and math.isfinite(rows[0]["train_loss"])
+
+
+def as_format_1(state: dict) -> dict:
+    """A checkpoint of one process as v0.5.0 and v0.6.0 wrote it (format 1)."""
+    old = {k: v for k, v in state.items() if k not in ("format", "sums", "rng", "processes")}
+    sums = state["sums"]
+    old["meter"] = dict(sums["totals"])
+    old["pending"] = {"losses": sums["losses"], "bad": sums["bad"]}
+    old["rng"] = [state["rng"]]
+    return old
+
+
+def test_checkpoints_of_format_1_are_upgraded(project):
+    """v0.6.0's DDP checkpoints: each process's random state in the list `rng`, its sums in
+    `process_meters`; v0.5.0's had no process_meters (every process took rank 0's sums)."""
+    with inside(project):
+        from proj.checkpoint import FORMAT, upgrade
+
+    def meter(value):
+        names = ("loss", "finite", "seen", "bad_steps")
+        return {name: torch.tensor(float(value)) for name in names}
+
+    pending = {"losses": [(torch.tensor(2.0), 16)], "bad": [torch.tensor(0.0)]}
+    shares = [{"meter": meter(i), "pending": pending} for i in (1, 2)]
+    v060 = {"model": {}, "meter": meter(1), "pending": pending, "rng": ["r0", "r1"]}
+    upgraded = upgrade({**v060, "process_meters": shares, "batch_layout": [8, 2]})
+    assert upgraded["format"] == FORMAT and upgraded["batch_layout"] == [8, 2]
+    assert upgraded["rng"] == "r0" and upgraded["sums"]["totals"]["seen"] == 1
+    assert [p["rng"] for p in upgraded["processes"]] == ["r0", "r1"]
+    assert [p["sums"]["totals"]["seen"].item() for p in upgraded["processes"]] == [1, 2]
+    assert upgraded["processes"][1]["sums"]["losses"] == pending["losses"]
+    for key in ("meter", "pending", "process_meters"):
+        assert key not in upgraded
+    v050 = upgrade(dict(v060))
+    assert [p["sums"]["totals"]["seen"].item() for p in v050["processes"]] == [1, 1]
+    assert v050["batch_layout"] is None  # not recorded: any will do
+    current = {"format": FORMAT, "model": {}, "rng": "r"}
+    assert upgrade(dict(current)) == current
 
 
 def test_ema_added_on_resuming_averages_from_the_loaded_weights(project, tmp_path, monkeypatch):

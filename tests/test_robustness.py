@@ -142,7 +142,8 @@ def test_bad_checkpoints_get_one_line_naming_the_file(project, checkpoint, tmp_p
 
 def test_checkpoints_hold_only_what_weights_only_loads(checkpoint):
     state = torch.load(checkpoint, weights_only=True)  # raises on anything but plain data
-    assert {"model", "optimizer", "scheduler", "progress", "rng", "args", "meter"} <= set(state)
+    assert {"model", "optimizer", "scheduler", "progress", "rng", "args", "sums"} <= set(state)
+    assert state["format"] == 2
 
 
 def test_non_finite_losses_stop_the_run_and_keep_the_last_good_checkpoint(project, tmp_path):
