@@ -470,8 +470,8 @@ MUTANTS = [
         "lr-zero-accepted",
         "validators: lr > 0",
         "copier.yml",
-        "{% if lr <= 0 or lr > 100 %}",
-        "{% if lr < 0 or lr > 100 %}",
+        "{% if not (lr > 0 and lr <= 100) %}",
+        "{% if not (lr >= 0 and lr <= 100) %}",
         ("tests/test_questions.py",),
     ),
     Mutant(

@@ -54,6 +54,12 @@ BAD_ANSWERS = {
     "lr 0": ({"lr": 0.0}, "lr must be a number > 0 and <= 100 (got 0.0)"),
     "lr negative": ({"lr": -0.1}, "lr must be a number > 0 and <= 100 (got -0.1)"),
     "lr too large": ({"lr": 101.0}, "lr must be a number > 0 and <= 100 (got 101.0)"),
+    "lr nan": ({"lr": float("nan")}, "lr must be a number > 0 and <= 100 (got nan)"),
+    "lr infinite": ({"lr": float("inf")}, "lr must be a number > 0 and <= 100 (got inf)"),
+    "label_smoothing nan": (
+        {"label_smoothing": float("nan")},
+        "label_smoothing must be a number >= 0 and < 1 (got nan)",
+    ),
     "label_smoothing 1": (
         {"label_smoothing": 1.0},
         "label_smoothing must be a number >= 0 and < 1 (got 1.0)",

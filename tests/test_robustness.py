@@ -4,6 +4,7 @@ and checkpoint writers killed at random moments."""
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import signal
 import subprocess
@@ -12,6 +13,7 @@ import time
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from tests.helpers import TINY_RUN, inside, render, run
 
@@ -36,6 +38,16 @@ BAD_FLAGS = {
     "label smoothing 1": (["--label-smoothing", "1"], "argument --label-smoothing: must be"),
     "unknown flag": (["--learning-rate", "0.1"], "unrecognized arguments: --learning-rate"),
     "seed past 32 bits": (["--seed", str(2**32)], "argument --seed: must be an integer >= 0 and"),
+    "lr infinite": (["--lr", "inf"], "argument --lr: must be a finite number > 0"),
+    "lr nan": (["--lr", "nan"], "argument --lr: must be a finite number > 0"),
+    "weight decay infinite": (
+        ["--weight-decay", "inf"],
+        "argument --weight-decay: must be a finite",
+    ),
+    "warmup infinite": (["--warmup-epochs", "inf"], "argument --warmup-epochs: must be a finite"),
+    "clipping -inf": (["--clip-grad=-inf"], "argument --clip-grad: must be a finite number"),
+    "lr too large": (["--lr", "1e300"], "argument --lr: must be a number > 0 and <= 100"),
+    "label smoothing nan": (["--label-smoothing", "nan"], "argument --label-smoothing: must be a"),
     "image size of cifar": (
         ["--data", "cifar10", "--image-size", "64"],
         "argument --image-size: cifar10 images are 32x32",
@@ -314,3 +326,38 @@ def test_a_non_finite_step_leaves_model_and_optimizer_as_they_were(template, tmp
         assert guard.in_kernel == (optimizer == "sgd")  # the CPU has fused SGD
         assert not step(1.0)  # and training goes on
         assert any(not torch.equal(t, weights[n]) for n, t in model.state_dict().items())
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "nadam"])
+def test_weights_that_overflow_are_never_checkpointed(template, tmp_path, optimizer):
+    """An update can overflow the weights even when its loss was finite, which the guard,
+    looking at losses, lets through (here the 5th step puts inf into a weight, as an absurd
+    learning rate would). The run stops in one line at its next checkpoint, which is not
+    written: the one from step 4 stays."""
+    project = render(template, tmp_path / "p", optimizer=optimizer, amp="off")
+    out = tmp_path / "out"
+    flags = [*TINY_RUN, "--save-every", "2", "--log-interval", "1", "--out-dir", str(out)]
+    taken = []
+
+    def overflow(opt, args, kwargs):
+        taken.append(1)
+        if len(taken) == 5:
+            with torch.no_grad():
+                next(p for group in opt.param_groups for p in group["params"]).fill_(math.inf)
+
+    hook = register_optimizer_step_post_hook(overflow)
+    try:
+        with inside(project):
+            import train
+
+            with pytest.raises(train.Stopped) as stopped:
+                train.main(flags)
+    finally:
+        hook.remove()
+    assert stopped.value.exit_code == 1
+    assert str(stopped.value).startswith(
+        "the weights are no longer finite (NaN or inf) after step 6, so last.pt was not written"
+    )
+    state = torch.load(out / "last.pt", weights_only=True)
+    assert state["progress"]["step"] == 4
+    assert all(torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point())
