@@ -6,9 +6,9 @@ test can signal or kill a run at a point the run cannot have passed (never on ti
 After STEPS optimizer steps in this process, the next optimizer step waits before it starts:
 everything of step STEPS is done (its checkpoint too, with --save-every 1). MARKER is then
 written, holding the process id; under torchrun each process writes MARKER.<RANK>, and a
-process restarted by torchrun does not wait. The wait ends when SIGTERM or SIGUSR1 arrives
-(passed on to the script's own handler, which sees it as it would have anyway); SIGKILL
-simply ends the process there. A wait of more than 5 minutes is an error.
+process restarted by torchrun does not wait. The wait ends when SIGTERM, SIGUSR1 or SIGINT
+arrives (passed on to the script's own handler, which sees it as it would have anyway);
+SIGKILL simply ends the process there. A wait of more than 5 minutes is an error.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 LONGEST_WAIT_S = 300
 
 

@@ -153,7 +153,8 @@ def test_rank_zero_alone_writes_and_checkpoints_are_unwrapped(ddp_project, tmp_p
     # One progress summary per epoch: printed by rank 0 only.
     assert result.stdout.count("epoch 1/2 ") == 1 and result.stdout.count("epoch 2/2 ") == 1
     assert "8 per process x 2 processes x 2 accumulation = 32 images" in result.stdout
-    assert sorted(p.name for p in out_dir.iterdir()) == ["best.pt", "last.pt", "metrics.csv"]
+    written = sorted(p.name for p in out_dir.iterdir())
+    assert written == [".lock", "best.pt", "last.pt", "metrics.csv"]  # no leftovers of rank 1
     assert [row["epoch"] for row in read_metrics(out_dir)] == [1, 2]
 
     state = torch.load(out_dir / "last.pt", weights_only=True)

@@ -131,14 +131,20 @@ def test_kill_9_anywhere_then_resume_is_bit_identical(project, tmp_path, loading
     assert without_speed(read_metrics(out)) == without_speed(read_metrics(tmp_path / "whole"))
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
-def test_preemption_signal_checkpoints_and_exits_for_requeue(project, tmp_path, sig):
+@pytest.mark.parametrize(
+    ("sig", "exit_code"),
+    [(signal.SIGTERM, REQUEUE_EXIT), (signal.SIGUSR1, REQUEUE_EXIT), (signal.SIGINT, 130)],
+)
+def test_preemption_signal_checkpoints_and_exits_for_requeue(project, tmp_path, sig, exit_code):
+    """SLURM's and the cloud's stop signals, and Ctrl-C: the step under way finishes, is
+    saved, and the run exits with 75 (requeue me) or 130 (interrupted); the same command
+    then resumes to the end an unbroken run reaches."""
     flags = [*RUN, "--workers", "0"]
     run(PY, "train.py", *flags, "--out-dir", tmp_path / "whole", cwd=project)
     out = tmp_path / "preempted"
     cmd = [PY, "train.py", *flags, "--save-every", "5", "--out-dir", str(out)]
     status = interrupt_at(cmd, project, 7, sig)  # the signal comes during step 8
-    assert status == REQUEUE_EXIT
+    assert status == exit_code
     assert checkpoint_step(out / "last.pt") == 8  # that step finished, then saved
     run(*cmd, cwd=project)
     same_training(tmp_path / "whole/last.pt", out / "last.pt")
@@ -325,3 +331,23 @@ def test_a_model_with_dropout_resumes_bit_identically(project, tmp_path, monkeyp
         assert checkpoint_step(out / "last.pt") == stop_at
         train.main([*flags, "--out-dir", str(out)])
     same_training(whole / "last.pt", out / "last.pt")
+
+
+def test_a_second_ctrl_c_interrupts_at_once(project):
+    """The first Ctrl-C asks the run to stop after its step; the second, as usual, raises
+    KeyboardInterrupt at once (train.py reports it in one line, exit status 130)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with inside(project):
+            from proj.utils import StopSignal
+
+            with StopSignal() as stop:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.01)  # the handler runs between bytecodes
+                assert stop.received == "SIGINT"
+                with pytest.raises(KeyboardInterrupt):
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(5)
+            assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)

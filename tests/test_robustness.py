@@ -48,6 +48,15 @@ BAD_FLAGS = {
     "clipping -inf": (["--clip-grad=-inf"], "argument --clip-grad: must be a finite number"),
     "lr too large": (["--lr", "1e300"], "argument --lr: must be a number > 0 and <= 100"),
     "label smoothing nan": (["--label-smoothing", "nan"], "argument --label-smoothing: must be a"),
+    "eval-only without a checkpoint": (
+        ["--eval-only", "--out-dir", "runs/never-trained"],
+        "argument --eval-only: no checkpoint to evaluate: give --resume or --init-weights",
+    ),
+    "out-dir a file": (["--out-dir", "train.py"], "argument --out-dir: cannot write to train.py"),
+    "out-dir inside a file": (
+        ["--out-dir", "train.py/runs"],
+        "argument --out-dir: cannot write to train.py/runs (Not a directory)",
+    ),
     "image size of cifar": (
         ["--data", "cifar10", "--image-size", "64"],
         "argument --image-size: cifar10 images are 32x32",
@@ -361,3 +370,38 @@ def test_weights_that_overflow_are_never_checkpointed(template, tmp_path, optimi
     state = torch.load(out / "last.pt", weights_only=True)
     assert state["progress"]["step"] == 4
     assert all(torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point())
+
+
+HOLD_LOCK = """
+import fcntl, sys, time
+f = open(sys.argv[1], "a")
+fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_second_run_into_the_same_out_dir_is_refused(project, tmp_path):
+    """Two runs writing one --out-dir would mix their checkpoints and metrics.csv: while a
+    run holds it (its .lock), another is refused in one line, touching nothing."""
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [PY, "-c", HOLD_LOCK, str(out / ".lock")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        result = run(PY, "train.py", *TINY_RUN, "--out-dir", out, cwd=project, check=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"train.py: error: argument --out-dir: another run is using {out}; wait or pick another"
+    ]
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]
+    # Once that run has ended, its lock is gone with it, and what a save killed half-way
+    # left behind is cleared.
+    (out / ".last.pt.k2j4h.tmp").write_bytes(b"torn")
+    run(PY, "train.py", *TINY_RUN, "--out-dir", out, cwd=project)
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "best.pt", "last.pt", "metrics.csv"]
