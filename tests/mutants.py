@@ -460,7 +460,7 @@ MUTANTS = [
         "two-runs-share-an-out-dir",
         "one run at a time in an --out-dir",
         UTILS,
-        "        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n",
+        "        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n",
         "",
         ("tests/test_robustness.py", "-k", "same_out_dir"),
     ),

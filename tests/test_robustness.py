@@ -375,7 +375,7 @@ def test_weights_that_overflow_are_never_checkpointed(template, tmp_path, optimi
 HOLD_LOCK = """
 import fcntl, sys, time
 f = open(sys.argv[1], "a")
-fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
 print("held", flush=True)
 time.sleep(120)
 """
