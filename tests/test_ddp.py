@@ -136,10 +136,32 @@ def test_help_says_how_to_launch(ddp_project):
     assert "--rdzv-endpoint" in out and "sbatch scripts/slurm.sbatch" in out
 
 
+WRITES_LOGGED = """\
+import os, runpy, sys
+sys.path.insert(0, os.getcwd())
+import proj.checkpoint, proj.logger
+
+def logged(write):
+    def wrapper(*args, **kwargs):
+        with open(os.environ["WRITES_LOG"], "a") as log:
+            log.write(f"{os.environ['RANK']} {write.__qualname__}\\n")
+        return write(*args, **kwargs)
+    return wrapper
+
+proj.checkpoint.save_checkpoint = logged(proj.checkpoint.save_checkpoint)
+proj.logger.MetricsLogger.log = logged(proj.logger.MetricsLogger.log)
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
 def test_rank_zero_alone_writes_and_checkpoints_are_unwrapped(ddp_project, tmp_path):
     out_dir = tmp_path / "out"
-    result = torchrun(
-        ddp_project,
+    wrapper, log = tmp_path / "logged.py", tmp_path / "writes.log"
+    wrapper.write_text(WRITES_LOGGED)
+    result = run(
+        *TORCHRUN,
+        wrapper,
         *QUICK,
         "--epochs",
         "2",
@@ -149,7 +171,13 @@ def test_rank_zero_alone_writes_and_checkpoints_are_unwrapped(ddp_project, tmp_p
         "2",
         "--out-dir",
         out_dir,
+        cwd=ddp_project,
+        env={**os.environ, "WRITES_LOG": str(log)},
     )
+    writes = log.read_text().splitlines()
+    assert writes.count("0 MetricsLogger.log") == 2  # one row per epoch
+    assert writes.count("0 save_checkpoint") >= 2  # best.pt and last.pt at each epoch's end
+    assert not [write for write in writes if not write.startswith("0 ")], writes
     # One progress summary per epoch: printed by rank 0 only.
     assert result.stdout.count("epoch 1/2 ") == 1 and result.stdout.count("epoch 2/2 ") == 1
     assert "8 per process x 2 processes x 2 accumulation = 32 images" in result.stdout
