@@ -146,8 +146,12 @@ def test_preemption_signal_checkpoints_and_exits_for_requeue(project, tmp_path, 
     status = interrupt_at(cmd, project, 7, sig)  # the signal comes during step 8
     assert status == exit_code
     assert checkpoint_step(out / "last.pt") == 8  # that step finished, then saved
+    before = torch.load(out / "last.pt", weights_only=True)["elapsed_s"]
     run(*cmd, cwd=project)
     same_training(tmp_path / "whole/last.pt", out / "last.pt")
+    rows = read_metrics(out)
+    assert rows[0]["elapsed_s"] > before > 0  # the resumed run carried on the count
+    assert all(row["samples_per_s"] > 0 for row in rows)  # both epochs trained some steps
 
 
 @pytest.mark.slow
@@ -167,6 +171,8 @@ def test_ddp_preempted_then_resumed_is_bit_identical(ddp_project, tmp_path):
     same_training(tmp_path / "whole/last.pt", out / "last.pt")
     # Each process resumed its own share of the epoch's losses, not rank 0's.
     assert without_speed(read_metrics(out)) == without_speed(read_metrics(tmp_path / "whole"))
+    # Stopped after the last step of epoch 1, the resumed run trained none of it.
+    assert [math.isnan(row["samples_per_s"]) for row in read_metrics(out)] == [True, False]
 
 
 @pytest.mark.slow

@@ -70,9 +70,11 @@ def upgrade(state: dict) -> dict:
     """A checkpoint of an older release, as this one writes them. Format 1 (up to v0.6.0)
     kept the epoch's sums as `meter` and `pending`, the random states as a list over the
     processes and, under DDP since v0.6.0, each process's sums as `process_meters`; before
-    v0.5.0 it counted no finite losses and recorded no batch layout (None: any)."""
+    v0.5.0 it counted no finite losses and recorded no batch layout (None: any). It did not
+    record the seconds the run had taken."""
     if state.get("format", 1) >= FORMAT:
         return state
+    state["elapsed_s"] = 0.0  # not recorded: the resumed run counts from its start
     meter = state.pop("meter")
     pending = state.pop("pending", {"losses": [], "bad": []})
     rngs = state.pop("rng")
