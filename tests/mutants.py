@@ -523,6 +523,22 @@ MUTANTS = [
         ("tests/test_gitignore.py", "-k", "conflict_check"),
     ),
     Mutant(
+        "update-conflicts-pass-silently",
+        "update: copier update fails naming the files it left conflicted",
+        "hooks/check_conflicts.py",
+        "    return 1\n",
+        "    return 0\n",
+        ("tests/test_update.py", "-k", "conflicting"),
+    ),
+    Mutant(
+        "project-tests-hide-conflicts",
+        "update: the project's tests name conflicted files even when collection breaks",
+        "template/tests/conftest.py",
+        "    if problems:\n",
+        "    if False:\n",
+        ("tests/test_update.py", "-k", "conflicting"),
+    ),
+    Mutant(
         "renamed-answer-lost",
         "migrations: a renamed question keeps its answer",
         "hooks/migrate.py",

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import yaml
+from copier.errors import TaskError
 
 from tests.helpers import (
     GIT_ENV,
@@ -116,7 +117,8 @@ def test_conflicting_edits_are_marked_and_fail_the_projects_check(template_repo,
     first_line = text.splitlines()[0]
     check.write_text(text.replace(first_line, '"""Our own words for this check."""', 1))
     commit_all(project, "our docstring")
-    update(project)
+    with pytest.raises(TaskError):  # the update's last step lists the conflict and fails
+        update(project)
     moved = (project / NEW_CHECK).read_text()
     assert "<<<<<<< after updating" in moved and ">>>>>>> your edits of" in moved
     assert "Our own words" in moved and "Run by pytest" in moved  # both sides kept

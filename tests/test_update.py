@@ -7,13 +7,17 @@ committed, edited the way users edit, and updated to the second."""
 from __future__ import annotations
 
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from tests.helpers import (
+    GIT_ENV,
     assert_no_conflicts,
     commit_all,
     render_release,
+    run,
     snapshot_template,
     tag_release,
     update,
@@ -120,3 +124,30 @@ def test_update_refuses_a_dirty_project_and_touches_nothing(template_repo, tmp_p
         ["git", "status", "--porcelain"], cwd=project, capture_output=True, text=True
     ).stdout
     assert status.strip() == "M train.py"
+
+
+def test_a_conflicting_update_fails_naming_the_files_and_so_do_the_projects_tests(
+    template_repo, tmp_path
+):
+    """The user changed the very line the template changes (--log-interval's default): the
+    file gets conflict markers, `copier update` (the real command) lists it and fails, and
+    the project's own tests stop at once naming it, though train.py no longer imports."""
+    project = render_old(template_repo, tmp_path / "p")
+    train = project / "train.py"
+    old_line = '        default=50,\n        help="optimizer steps between'
+    assert old_line in train.read_text()
+    train.write_text(train.read_text().replace(old_line, old_line.replace("50", "100")))
+    commit_all(project, "our log interval")
+    copier_cli = Path(sys.executable).with_name("copier")
+    env = {**GIT_ENV, "HOME": str(tmp_path)}
+    result = run(copier_cli, "update", "--trust", "--defaults", cwd=project, env=env, check=False)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "train.py: unresolved merge conflict" in output
+    assert "copier update left the conflicts listed above" in output
+    assert "<" * 7 in train.read_text()
+    tests = run(
+        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=project, check=False
+    )
+    assert tests.returncode == 1
+    assert "unresolved conflicts of copier update in: train.py" in tests.stdout + tests.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -21,3 +22,17 @@ def parse():
     from train import get_args_parser
 
     return lambda *flags: get_args_parser().parse_args([str(flag) for flag in flags])
+
+
+def pytest_sessionstart(session):
+    """Conflict markers left by `copier update` break the import of the file that holds them,
+    and with it the collection of other tests: name the conflicted files first, and stop."""
+    check = Path(__file__).with_name("test_no_conflicts.py")
+    if not check.is_file():
+        return
+    spec = importlib.util.spec_from_file_location("no_conflicts", check)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    problems = module.conflicted_files() + module.rejected_files()
+    if problems:
+        pytest.exit(f"unresolved conflicts of copier update in: {', '.join(problems)}", 1)
