@@ -51,16 +51,22 @@ def as_v0_1_0(repo):
     (repo / "template" / OLD_CHECK).write_text(first_line + '"""' + body)
 
 
-@pytest.fixture(scope="module")
-def template_repo(tmp_path_factory):
+def two_releases(tmp_path_factory, as_old, old: str, new: str):
+    """A template repository whose release `old` is the working tree as `as_old` leaves it,
+    and `new` the working tree itself."""
     repo = snapshot_template(tmp_path_factory.mktemp("repo"))
-    as_v0_1_0(repo)
-    tag_release(repo, "v0.1.0")
+    as_old(repo)
+    tag_release(repo, old)
     shutil.rmtree(repo / "template")
     shutil.rmtree(repo / "hooks")
     snapshot_template(repo)  # the working tree again
-    tag_release(repo, "v0.2.0")
+    tag_release(repo, new)
     return repo
+
+
+@pytest.fixture(scope="module")
+def template_repo(tmp_path_factory):
+    return two_releases(tmp_path_factory, as_v0_1_0, "v0.1.0", "v0.2.0")
 
 
 def old_project(template_repo, tmp_path):
@@ -187,20 +193,13 @@ def as_v0_6_0(repo):
     ):
         assert text.count(new) == 1, new
         text = text.replace(new, old)
-    text = text[: text.index("  # v0.7.0 gathered")]  # its migration, the last one
+    text = text[: text.index("  # v0.7.0 gathered")]  # the migrations v0.7.0 added
     config.write_text(text)
 
 
 @pytest.fixture(scope="module")
 def extras_repo(tmp_path_factory):
-    repo = snapshot_template(tmp_path_factory.mktemp("repo"))
-    as_v0_6_0(repo)
-    tag_release(repo, "v0.6.0")
-    shutil.rmtree(repo / "template")
-    shutil.rmtree(repo / "hooks")
-    snapshot_template(repo)
-    tag_release(repo, "v0.7.0")
-    return repo
+    return two_releases(tmp_path_factory, as_v0_6_0, "v0.6.0", "v0.7.0")
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,10 @@ BAD_FLAGS = {
     ),
     "warmup infinite": (["--warmup-epochs", "inf"], "argument --warmup-epochs: must be a finite"),
     "clipping -inf": (["--clip-grad=-inf"], "argument --clip-grad: must be a finite number"),
-    "lr too large": (["--lr", "1e300"], "argument --lr: must be a number > 0 and <= 100"),
+    "lr past float32": (
+        ["--lr", "1e300"],
+        "argument --lr: must be a number > 0 and <= 3.40282e+38",
+    ),
     "label smoothing nan": (["--label-smoothing", "nan"], "argument --label-smoothing: must be a"),
     "eval-only without a checkpoint": (
         ["--eval-only", "--out-dir", "runs/never-trained"],
