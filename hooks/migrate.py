@@ -43,13 +43,14 @@ def rename_answer(old: str, new: str) -> None:
 def gather_extras() -> None:
     """v0.7.0 asks for the optional parts in one multi-select question, extras. `ema: true`
     becomes the extra ema and `logger: tensorboard` the extra tensorboard; the project keeps
-    the finders, which every project had before."""
+    what every project had before: preemption, the on-device data path, the guard against
+    non-finite losses and the finders."""
     text = ANSWERS.read_text()
     if re.search(r"^extras:", text, flags=re.MULTILINE):
         return  # answered already
     ema = re.search(r"^ema:\s*(\S+)", text, flags=re.MULTILINE)
     logger = re.search(r"^logger:\s*(\S+)", text, flags=re.MULTILINE)
-    extras = ["finders"]
+    extras = ["preemption", "device_data", "guard", "finders"]
     if ema and ema.group(1).lower() == "true":
         extras.append("ema")
     if logger and logger.group(1).strip("'\"") == "tensorboard":

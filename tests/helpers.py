@@ -39,8 +39,18 @@ def snapshot_template(dest: Path) -> Path:
     return dest
 
 
+# Every optional part, in the order of the extras question.
+EXTRAS = ("preemption", "device_data", "guard", "finders", "ema", "tensorboard")
+# The extras that test projects get unless a test names its own: those that add run-time
+# behaviour (flags, signals, checks) which most tests exercise. EMA and TensorBoard change
+# the outputs, so the tests that want them ask.
+RUNTIME_EXTRAS = ["preemption", "device_data", "guard", "finders"]
+WITH_EMA = [*RUNTIME_EXTRAS, "ema"]
+
+
 def render(template: Path, dest: Path, **answers) -> Path:
     answers.setdefault("package_name", PACKAGE)
+    answers.setdefault("extras", RUNTIME_EXTRAS)
     copier.run_copy(str(template), dest, data=answers, defaults=True, unsafe=True, quiet=True)
     return dest
 

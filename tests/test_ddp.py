@@ -16,6 +16,7 @@ from tests.helpers import (
     AMPS,
     OPTIMIZERS,
     SCHEDULERS,
+    WITH_EMA,
     inside,
     read_metrics,
     render,
@@ -60,13 +61,16 @@ def test_every_combination_trains_on_two_processes(template, tmp_path, amp):
 @pytest.fixture(scope="module")
 def ddp_project(template, tmp_path_factory):
     return render(
-        template, tmp_path_factory.mktemp("ddp") / "p", distributed="ddp", extras=["finders", "ema"]
+        template,
+        tmp_path_factory.mktemp("ddp") / "p",
+        distributed="ddp",
+        extras=WITH_EMA,
     )
 
 
 @pytest.fixture(scope="module")
 def single_project(template, tmp_path_factory):
-    return render(template, tmp_path_factory.mktemp("single") / "p", extras=["finders", "ema"])
+    return render(template, tmp_path_factory.mktemp("single") / "p", extras=WITH_EMA)
 
 
 def test_single_rendering_has_no_distributed_code(single_project):

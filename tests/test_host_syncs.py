@@ -21,7 +21,7 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from tests.helpers import inside, render
+from tests.helpers import WITH_EMA, inside, render
 
 SYNCS = {
     "item",
@@ -77,7 +77,7 @@ def projects(template, tmp_path_factory):
 
     def get(amp: str) -> Path:
         if amp not in rendered:
-            rendered[amp] = render(template, tmp_path_factory.mktemp(amp), amp=amp, extras=["ema"])
+            rendered[amp] = render(template, tmp_path_factory.mktemp(amp), amp=amp, extras=WITH_EMA)
         return rendered[amp]
 
     return get

@@ -13,13 +13,21 @@ import re
 
 import pytest
 
-from tests.helpers import AMPS, OPTIMIZERS, SCHEDULERS, TINY_RUN, render, ruff, train
+from tests.helpers import AMPS, EXTRAS, OPTIMIZERS, SCHEDULERS, TINY_RUN, render, ruff, train
 
 COMBINATIONS = list(itertools.product(AMPS, OPTIMIZERS, SCHEDULERS))
 
 # Values of the other questions, cycled over the combinations (compile=True has its own test).
 OTHER_ANSWERS = {
-    "extras": ([], ["finders"], ["ema", "tensorboard"], ["finders", "ema", "tensorboard"], ["ema"]),
+    "extras": (
+        [],
+        ["finders"],
+        ["guard", "ema", "tensorboard"],
+        list(EXTRAS),
+        ["preemption", "ema"],
+        ["device_data"],
+        ["preemption", "device_data", "guard"],
+    ),
     "workers": (0, 2, 1),
     "batch_size": (16, 24),
     "channels_last": (False, True),
@@ -33,6 +41,20 @@ FORBIDDEN = {
     ("extras", "ema"): [r"\bema\b", r"\bEMA\b"],
     ("extras", "finders"): [r"find_lr", r"find-lr", r"[Ff]inder", r"lr auto", r"batch-size auto"],
     ("extras", "tensorboard"): [r"[Tt]ensor[Bb]oard", r"SummaryWriter"],
+    ("extras", "preemption"): [r"SIG(TERM|USR1)", r"[Pp]reempt", r"requeue", r"save.every.minutes"],
+    ("extras", "guard"): [r"[Gg]uard", r"max.bad.steps", r"nonfinite_steps", r"non_finite\b"],
+    ("extras", "device_data"): [r"DeviceData", r"data.on.device", r"device_data"],
+    # Every project here is a single process: nothing of DDP's processes and ranks.
+    ("distributed", "single"): [
+        r"\brank",
+        r"world.size",
+        r"process_count",
+        r"per process",
+        r"several processes",
+        r"processes x",
+        r"all_reduce",
+        r"torchrun",
+    ],
     ("amp", "off"): [r"autocast", r"GradScaler", r"scaler", r"fp16", r"bf16", r"float16"],
     ("amp", "bf16"): [r"GradScaler", r"scaler", r"fp16", r"\bfloat16"],
 }
@@ -40,9 +62,10 @@ FORBIDDEN = {
 
 def forbidden_words(answers: dict) -> list[str]:
     words = []
-    for extra in ("ema", "finders", "tensorboard"):
+    for extra in EXTRAS:
         if extra not in answers["extras"]:
             words += FORBIDDEN[("extras", extra)]
+    words += FORBIDDEN[("distributed", "single")]
     return words + FORBIDDEN.get(("amp", answers["amp"]), [])
 
 
@@ -90,7 +113,8 @@ def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
     # Flags left out take the answers' defaults; --amp is forced on so the CPU runs it too.
     flags = ["--synthetic-size", "48", "--image-size", "8"]
     if COMBINATIONS.index((amp, optimizer, scheduler)) < len(OTHER_ANSWERS["workers"]):
-        flags += ["--data-on-device", "off"]  # the loader and its workers, as answered
+        if "device_data" in answers["extras"]:
+            flags += ["--data-on-device", "off"]  # the loader and its workers, as answered
     else:
         flags += ["--workers", "0"]  # worker processes are slow to start; a few runs suffice
     if amp != "off":
@@ -106,6 +130,9 @@ def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
     assert (project / "runs/test/best.pt").is_file()
     extras = answers["extras"]
     assert ("ema_val_acc" in rows[0]) == ("ema" in extras)
+    assert ("nonfinite_steps" in rows[0]) == ("guard" in extras)
+    for extra in ("preemption", "guard", "device_data"):
+        assert (project / f"proj/{extra}.py").is_file() == (extra in extras)
     assert (project / "runs/test/tensorboard").is_dir() == ("tensorboard" in extras)
     assert (project / "proj/finders.py").is_file() == ("finders" in extras)
     assert (project / "proj/ema.py").is_file() == ("ema" in extras)

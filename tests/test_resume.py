@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from tests.helpers import inside, read_metrics, render, run
+from tests.helpers import WITH_EMA, inside, read_metrics, render, run
 
 PY = sys.executable
 PAUSE_AT = str(Path(__file__).with_name("pause_at.py"))
@@ -93,13 +93,16 @@ def interrupt_at(cmd, cwd, steps: int, sig: int, markers: int = 1, timeout=180) 
 @pytest.fixture(scope="module")
 def project(template, tmp_path_factory):
     # EMA on and momentum SGD: more state that must come back exactly.
-    return render(template, tmp_path_factory.mktemp("resume") / "p", extras=["finders", "ema"])
+    return render(template, tmp_path_factory.mktemp("resume") / "p", extras=WITH_EMA)
 
 
 @pytest.fixture(scope="module")
 def ddp_project(template, tmp_path_factory):
     return render(
-        template, tmp_path_factory.mktemp("ddp") / "p", distributed="ddp", extras=["finders", "ema"]
+        template,
+        tmp_path_factory.mktemp("ddp") / "p",
+        distributed="ddp",
+        extras=WITH_EMA,
     )
 
 

@@ -1,44 +1,39 @@
-"""Models: a small ResNet for 32x32 images, a tiny MLP, or any torchvision classifier.
+"""Models: a small ResNet for images, a tiny MLP, or any torchvision classifier.
 
-To train your own network, edit `build_model` below: it receives the number of classes and
-input channels of the data set and returns an `nn.Module` that maps a batch of images
-(N, C, H, W) to logits (N, num_classes).
+A model maps a batch of inputs (N, *DataInfo.input_shape) to outputs (N, num_classes).
+YOUR MODEL HERE: write a builder that takes the data set's DataInfo and add it to MODELS;
+`--model NAME` then trains it (the README shows a 1-d convolutional one).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 
-BUILT_IN = ("resnet_small", "mlp")
 
+def build_model(name: str, info) -> nn.Module:
+    """The model --model names, shaped for the data (`info`: data.DataInfo)."""
+    if name in MODELS:
+        return MODELS[name](info)
+    import torchvision
 
-def build_model(name: str, num_classes: int, in_channels: int, image_size: int) -> nn.Module:
-    """Return the model to train. YOUR MODEL HERE: add a branch or replace the body."""
-    if name == "resnet_small":
-        return ResNetSmall(num_classes, in_channels)
-    if name == "mlp":
-        return MLP(in_channels * image_size * image_size, num_classes)
-    return torchvision_model(name, num_classes, in_channels)
+    model = torchvision.models.get_model(name, weights=None, num_classes=info.num_classes)
+    if info.input_shape[0] != 3:
+        replace_first_conv(model, info.input_shape[0])
+    return model
 
 
 def model_names() -> list[str]:
+    """torchvision's classifiers, which --model also takes."""
     import torchvision
 
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
-def torchvision_model(name: str, num_classes: int, in_channels: int) -> nn.Module:
-    """A randomly initialised torchvision classifier with its input and output resized."""
-    import torchvision
-
-    model = torchvision.models.get_model(name, weights=None, num_classes=num_classes)
-    if in_channels != 3:
-        _replace_first_conv(model, in_channels)
-    return model
-
-
-def _replace_first_conv(model: nn.Module, in_channels: int) -> None:
+def replace_first_conv(model: nn.Module, in_channels: int) -> None:
+    """Give a torchvision classifier's first convolution `in_channels` inputs."""
     for parent in model.modules():
         for child_name, child in parent.named_children():
             if isinstance(child, nn.Conv2d) and child.groups == 1:
@@ -118,3 +113,10 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
+
+
+# --model names and their builders, which take the data set's DataInfo.
+MODELS = {
+    "resnet_small": lambda info: ResNetSmall(info.num_classes, info.input_shape[0]),
+    "mlp": lambda info: MLP(math.prod(info.input_shape), info.num_classes),
+}

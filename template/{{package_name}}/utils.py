@@ -1,0 +1,123 @@
+"""Small helpers: flag types that explain themselves, seeding, devices, the output folder."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+from pathlib import Path
+
+import torch
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, without the usage block."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def int_at_least(low: int, at_most: int | None = None):
+    """A flag type: an integer >= low (and <= at_most)."""
+    return _bounded(int, "an integer", low, math.inf if at_most is None else at_most)
+
+
+def float_in(low: float, high: float = math.inf, *, low_open=False, high_open=False):
+    """A flag type: a finite number in [low, high]; low_open and high_open leave out an end."""
+    return _bounded(float, "a number", low, high, low_open, high_open)
+
+
+def _bounded(kind: type, noun: str, low, high, low_open=False, high_open=False):
+    bounds = f"{'>' if low_open else '>='} {low:g}"
+    if high < math.inf:
+        bounds += f" and {'<' if high_open else '<='} {high:g}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {noun} {bounds}, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number {bounds}, got {text!r}")
+        too_high = value >= high if high_open else value > high
+        if (value <= low if low_open else value < low) or too_high:
+            raise argparse.ArgumentTypeError(f"must be {noun} {bounds}, got {text!r}")
+        return value
+
+    return parse
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (respects taskset, cgroups' affinity)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def pick_device(name: str) -> torch.device:
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int, deterministic: bool) -> None:
+    random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+    if deterministic:
+        # cuBLAS needs this to be reproducible; it is read when the first handle is made.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(deterministic)
+    # benchmark picks the fastest convolution for fixed input shapes, but not reproducibly.
+    torch.backends.cudnn.benchmark = not deterministic
+    torch.backends.cudnn.deterministic = deterministic
+    # TF32 matmuls on Ampere and newer: much faster, accurate enough for training.
+    torch.backends.cuda.matmul.allow_tf32 = not deterministic
+    torch.backends.cudnn.allow_tf32 = not deterministic
+
+
+def all_finite(module: torch.nn.Module) -> bool:
+    """Whether every floating-point weight and buffer of `module` is finite (one host sync)."""
+    tensors = [t for t in [*module.parameters(), *module.buffers()] if t.is_floating_point()]
+    return bool(torch.stack([t.isfinite().all() for t in tensors]).all())
+
+
+class Stopped(Exception):
+    """Training stopped early on purpose; the message says why, exit_code how."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+_held_out_dirs: list = []  # open lock files: closing one would release its lock
+
+
+def hold_out_dir(out_dir: Path) -> bool:
+    """Lock <out-dir>/.lock for as long as this process runs, and remove what a killed save
+    left behind; False if another process holds it (two runs would mix their checkpoints
+    and metrics). The system releases the lock when the process ends, however it ends."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no lock
+        return True
+    f = (out_dir / ".lock").open("a")
+    try:
+        # A POSIX record lock: another process is refused, this one may take it again.
+        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return False
+    _held_out_dirs.append(f)
+    for leftover in out_dir.glob(".*.pt.*.tmp"):  # from a save killed half-way
+        leftover.unlink()
+    return True
+
+
+class DataError(Exception):
+    """A problem with the data that the user can fix (a missing folder, say)."""
