@@ -145,15 +145,23 @@ import os, runpy, sys
 sys.path.insert(0, os.getcwd())
 import proj.checkpoint, proj.logger
 
-def logged(write):
-    def wrapper(*args, **kwargs):
-        with open(os.environ["WRITES_LOG"], "a") as log:
-            log.write(f"{os.environ['RANK']} {write.__qualname__}\\n")
-        return write(*args, **kwargs)
-    return wrapper
+def log_write(name):
+    with open(os.environ["WRITES_LOG"], "a") as log:
+        log.write(f"{os.environ['RANK']} {name}\\n")
 
-proj.checkpoint.save_checkpoint = logged(proj.checkpoint.save_checkpoint)
-proj.logger.MetricsLogger.log = logged(proj.logger.MetricsLogger.log)
+real_save, real_log = proj.checkpoint.save_checkpoint, proj.logger.MetricsLogger.log
+
+def save_checkpoint(state, path):
+    log_write("save_checkpoint")
+    real_save(state, path)
+
+def log(self, row):
+    if self.path is not None:  # None: the logger of a process that writes nothing
+        log_write("MetricsLogger.log")
+    real_log(self, row)
+
+proj.checkpoint.save_checkpoint = save_checkpoint
+proj.logger.MetricsLogger.log = log
 sys.argv = ["train.py", *sys.argv[1:]]
 runpy.run_path("train.py", run_name="__main__")
 """

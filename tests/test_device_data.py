@@ -3,7 +3,9 @@ once per epoch, resumable mid-epoch."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import unittest.mock
 
 import pytest
 import torch
@@ -13,10 +15,28 @@ from tests.helpers import inside, render
 
 
 @pytest.fixture(scope="module")
-def data_module(template, tmp_path_factory):
-    project = render(template, tmp_path_factory.mktemp("device") / "p")
+def project(template, tmp_path_factory):
+    return render(template, tmp_path_factory.mktemp("device") / "p")
+
+
+@pytest.fixture(scope="module")
+def data_module(project):
     with inside(project):
         yield importlib.import_module("proj.data")
+
+
+@pytest.fixture(scope="module")
+def device_module(project):
+    with inside(project):
+        yield importlib.import_module("proj.device_data")
+
+
+@contextlib.contextmanager
+def as_process(module, rank: int, processes: int):
+    """Code of a DDP project's `module` run as process `rank` of `processes`."""
+    with unittest.mock.patch.object(module, "rank", lambda: rank):
+        with unittest.mock.patch.object(module, "process_count", lambda: processes):
+            yield
 
 
 def candidates(image: torch.Tensor, flip: bool) -> torch.Tensor:
@@ -35,10 +55,10 @@ def which(output: torch.Tensor, image: torch.Tensor, flip: bool) -> int:
     return int(matches[0])
 
 
-def test_device_and_loader_paths_augment_alike(data_module):
+def test_device_and_loader_paths_augment_alike(data_module, device_module):
     images = torch.randint(0, 256, (64, 3, 12, 12), dtype=torch.uint8)
     labels = torch.arange(64)
-    device_data = data_module.DeviceData(images, labels, 16, 0, 0.5, torch.device("cpu"))
+    device_data = device_module.DeviceData(images, labels, 16, 0, 0.5, torch.device("cpu"))
     loader_augment = data_module.augment(12, hflip=0.5)
     seen_device, seen_loader, count = set(), set(), 0
     for batch, batch_labels in device_data:
@@ -52,10 +72,10 @@ def test_device_and_loader_paths_augment_alike(data_module):
 
 
 @pytest.mark.parametrize("hflip", [0.0, 1.0])
-def test_hflip_is_the_chance_of_a_flip_on_both_paths(data_module, hflip):
+def test_hflip_is_the_chance_of_a_flip_on_both_paths(data_module, device_module, hflip):
     images = torch.randint(0, 256, (32, 3, 12, 12), dtype=torch.uint8)
     labels = torch.arange(32)
-    device_data = data_module.DeviceData(images, labels, 16, 0, hflip, torch.device("cpu"))
+    device_data = device_module.DeviceData(images, labels, 16, 0, hflip, torch.device("cpu"))
     loader_augment = data_module.augment(12, hflip=hflip)
     flipped = []
     for batch, batch_labels in device_data:
@@ -65,12 +85,12 @@ def test_hflip_is_the_chance_of_a_flip_on_both_paths(data_module, hflip):
     assert flipped == [hflip == 1.0] * 64
 
 
-def test_each_sample_once_per_epoch_and_resume_continues_exactly(data_module):
+def test_each_sample_once_per_epoch_and_resume_continues_exactly(data_module, device_module):
     images = torch.randint(0, 256, (100, 1, 8, 8), dtype=torch.uint8)
     labels = torch.arange(100)
 
     def epoch(start=0):
-        data = data_module.DeviceData(images, labels, 10, 3, 0.0, torch.device("cpu"))
+        data = device_module.DeviceData(images, labels, 10, 3, 0.0, torch.device("cpu"))
         data.set_epoch(2, start=start)
         return [(x.clone(), y.clone()) for x, y in data]
 
@@ -83,42 +103,46 @@ def test_each_sample_once_per_epoch_and_resume_continues_exactly(data_module):
 
 
 @pytest.mark.parametrize("seed", [3, 2**32 - 1])
-def test_each_process_draws_its_own_crops_from_any_seed(data_module, ddp_data_module, seed):
+def test_each_process_draws_its_own_crops_from_any_seed(device_module, ddp_data_module, seed):
     """Two processes crop and flip their batches with draws of their own (as the loader path's
     per-sample seeds do), and the largest --seed overflows no generator."""
     images = torch.arange(64, dtype=torch.uint8).view(1, 1, 8, 8).expand(80, 1, 8, 8)
     labels = torch.arange(80)
     batches = []
+    device_data = ddp_data_module[1]
     for rank in (0, 1):
-        data = ddp_data_module.DeviceData(
-            images, labels, 10, seed, 0.5, torch.device("cpu"), rank, 2
-        )
+        with as_process(device_data, rank, 2):
+            data = device_data.DeviceData(images, labels, 10, seed, 0.5, torch.device("cpu"))
         data.set_epoch(1)
         batches.append([x for x, _ in data])
     assert len(batches[0]) == len(batches[1]) == 4
     # Every image is the same, so equal batches would mean equal draws.
     assert not any(torch.equal(a, b) for a, b in zip(*batches, strict=True))
-    alone = data_module.DeviceData(images, labels, 10, seed, 0.5, torch.device("cpu"))
+    alone = device_module.DeviceData(images, labels, 10, seed, 0.5, torch.device("cpu"))
     assert len(list(alone)) == 8  # a single process, from the same seed
 
 
-def test_auto_keeps_in_memory_sets_on_a_cpu_and_loads_image_folders(data_module, tmp_path):
+def test_auto_keeps_in_memory_sets_on_a_cpu_and_loads_image_folders(
+    data_module, device_module, tmp_path
+):
     from PIL import Image
 
     cpu = torch.device("cpu")
     synthetic = data_module.SyntheticImages(32, 8)
-    images, labels = data_module.device_data_tensors(synthetic, "auto", cpu)
-    assert images is synthetic.images and labels is synthetic.labels
-    assert data_module.device_data_tensors(synthetic, "off", cpu) is None
+    tensors = data_module.in_memory_tensors(synthetic)
+    assert tensors[0] is synthetic.images and tensors[1] is synthetic.labels
+    assert device_module.keep_on_device(tensors, "auto", cpu)
+    assert not device_module.keep_on_device(tensors, "off", cpu)
     for split in ("train", "val"):
         (tmp_path / split / "a").mkdir(parents=True)
         Image.new("RGB", (8, 8)).save(tmp_path / split / "a" / "0.png")
     folder, _, _ = data_module.image_folder(tmp_path, 8, None)
-    assert data_module.device_data_tensors(folder, "auto", cpu) is None  # read from disk
+    assert data_module.in_memory_tensors(folder) is None  # read from disk
+    assert not device_module.keep_on_device(None, "auto", cpu)
     with pytest.raises(data_module.DataError, match="needs a data set held in memory"):
-        data_module.device_data_tensors(folder, "on", cpu)
+        device_module.keep_on_device(None, "on", cpu)
     # A device that is neither the CPU nor CUDA (mps) keeps the loader.
-    assert data_module.device_data_tensors(synthetic, "auto", torch.device("meta")) is None
+    assert not device_module.keep_on_device(tensors, "auto", torch.device("meta"))
 
 
 def test_in_memory_tensors_of_torchvision_sets_and_not_of_other_sets(data_module):
@@ -148,7 +172,6 @@ def test_in_memory_tensors_of_torchvision_sets_and_not_of_other_sets(data_module
         data, targets = cifar.data, cifar.targets
 
     assert data_module.in_memory_tensors(Own()) is None
-    assert data_module.device_data_tensors(Own(), "auto", torch.device("cpu")) is None
 
 
 def reference_augment(images, gen, hflip):
@@ -166,18 +189,20 @@ def reference_augment(images, gen, hflip):
 
 @pytest.mark.parametrize("shape", [(3, 10, 13), (1, 5, 7), (3, 32, 32)])
 @pytest.mark.parametrize("hflip", [0.0, 0.5, 1.0])
-def test_augmentation_matches_the_spelled_out_crop_and_flip(data_module, shape, hflip):
+def test_augmentation_matches_the_spelled_out_crop_and_flip(
+    data_module, device_module, shape, hflip
+):
     """Bit for bit, with the same random draws: runs resumed across releases and the loader
     path's semantics depend on it."""
     images = torch.randint(0, 256, (40, *shape), dtype=torch.uint8)
-    data = data_module.DeviceData(images, torch.zeros(40), 40, 0, hflip, torch.device("cpu"))
+    data = device_module.DeviceData(images, torch.zeros(40), 40, 0, hflip, torch.device("cpu"))
     out = data.augment(images, torch.Generator().manual_seed(5))
     assert out.dtype == torch.float32
     assert torch.equal(out, reference_augment(images, torch.Generator().manual_seed(5), hflip))
 
 
-def test_crop_indices_reflect_at_both_ends(data_module):
-    crops = data_module.reflected_crops(5, torch.device("cpu"), padding=2)
+def test_crop_indices_reflect_at_both_ends(data_module, device_module):
+    crops = device_module.reflected_crops(5, torch.device("cpu"), padding=2)
     assert crops.tolist() == [
         [2, 1, 0, 1, 2],  # padded positions -2, -1 read pixels 2, 1
         [1, 0, 1, 2, 3],
@@ -186,15 +211,15 @@ def test_crop_indices_reflect_at_both_ends(data_module):
         [2, 3, 4, 3, 2],  # padded positions 5, 6 read pixels 3, 2
     ]
     with pytest.raises(data_module.DataError, match="too small to pad by 4"):
-        data_module.reflected_crops(4, torch.device("cpu"))
+        device_module.reflected_crops(4, torch.device("cpu"))
 
 
 @pytest.mark.parametrize("channels_last", [False, True])
 def test_batches_are_normalised_in_the_memory_format_asked_for(data_module, channels_last):
     """(x - mean) / std per channel, on uint8 images as both paths deliver them, in the layout
     that --channels-last asks for."""
-    info = data_module.DataInfo(10, 3, 8, mean=(0.5, 0.25, 0.0), std=(0.5, 0.25, 1.0))
-    batches = data_module.DeviceBatches(info, torch.device("cpu"), channels_last)
+    info = data_module.DataInfo(10, (3, 8, 8), mean=(127.5, 63.75, 0.0), std=(127.5, 63.75, 255))
+    batches = data_module.DeviceBatches(None, info, torch.device("cpu"), channels_last)
     images = torch.randint(256, (4, 3, 8, 8), dtype=torch.uint8)
     # A cropped view, as the on-device set may hand over.
     out, targets = batches.prepare(images[..., :6, 1:7], torch.arange(4))
@@ -211,18 +236,22 @@ def ddp_data_module(template, tmp_path_factory):
     project = tmp_path_factory.mktemp("device-ddp") / "p"
     render(template, project, distributed="ddp", package_name="ddpproj")
     with inside(project):
-        yield importlib.import_module("ddpproj.data")
+        yield (
+            importlib.import_module("ddpproj.data"),
+            importlib.import_module("ddpproj.device_data"),
+        )
 
 
-def shares_by_epoch(make, epochs=3, world_size=2) -> list[list[list[int]]]:
-    """[epoch][rank] -> the sample indices that process trains on, in order."""
+def shares_by_epoch(module, make, epochs=3, world_size=2) -> list[list]:
+    """[epoch][rank] -> the batches or samples of that process, in order."""
     shares = []
     for epoch in range(epochs):
         shares.append([])
         for rank in range(world_size):
-            data = make(rank, world_size)
+            with as_process(module, rank, world_size):
+                data = make()
             data.set_epoch(epoch)
-            shares[-1].append(data)
+            shares[-1].append(list(data))
     return shares
 
 
@@ -239,7 +268,8 @@ def test_ddp_processes_shuffle_anew_each_epoch(ddp_data_module):
     on-device set) is a new draw every epoch, and the processes together see every sample
     once per epoch."""
     length = 100
-    samplers = shares_by_epoch(lambda r, w: ddp_data_module.TrainSampler(range(length), 5, r, w))
+    data, device_data = ddp_data_module
+    samplers = shares_by_epoch(data, lambda: data.TrainSampler(length, 5))
     assert_a_new_partition_each_epoch(
         [[[index for index, _ in share] for share in epoch] for epoch in samplers], length
     )
@@ -249,7 +279,7 @@ def test_ddp_processes_shuffle_anew_each_epoch(ddp_data_module):
     labels = torch.arange(length)
     cpu = torch.device("cpu")
     device_sets = shares_by_epoch(
-        lambda r, w: ddp_data_module.DeviceData(images, labels, 10, 5, 0.0, cpu, r, w)
+        device_data, lambda: device_data.DeviceData(images, labels, 10, 5, 0.0, cpu)
     )
     assert_a_new_partition_each_epoch(
         [[torch.cat([y for _, y in share]).tolist() for share in epoch] for epoch in device_sets],
@@ -268,9 +298,9 @@ def test_the_training_loop_starts_each_epoch_with_a_new_order(template, tmp_path
 
         real = train.train_one_epoch
 
-        def recording(model, loader, batches, *args):
-            epochs.append([targets.tolist() for _, targets in batches(loader)])
-            return real(model, loader, batches, *args)
+        def recording(parts, batches, *args):
+            epochs.append([targets.tolist() for _, targets in batches])
+            return real(parts, batches, *args)
 
         train.train_one_epoch = recording
         flags = ["--device", "cpu", "--synthetic-size", "64", "--image-size", "8"]

@@ -81,8 +81,9 @@ def test_sweep_leaves_the_model_and_the_random_state_alone(projects, tmp_path):
     seen = {}
     with inside(projects("sgd")):
         import train
+        from proj import finders
 
-        real_find_lr = train.find_lr
+        real_find_lr = finders.find_lr
 
         def watched(model, *rest):
             weights = {k: v.clone() for k, v in model.state_dict().items()}
@@ -93,7 +94,7 @@ def test_sweep_leaves_the_model_and_the_random_state_alone(projects, tmp_path):
             seen["rng unchanged"] = torch.equal(rng, torch.get_rng_state())
             return seen["sweep"]
 
-        train.find_lr = watched
+        finders.find_lr = watched
         # A ResNet, so that BatchNorm statistics are among what must not change.
         flags = [*FAST, "--model", "resnet_small", "--find-lr", "--find-lr-steps", "20"]
         train.main([*flags, "--out-dir", str(tmp_path)])
@@ -215,30 +216,31 @@ import torch
 torch.backends.mkldnn.enabled = False
 sys.path.insert(0, ".")
 import train
-from proj.finders import trains
+from proj import finders
 
 def data_mib():
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmData:")) >> 10
 
 budget, flags = int(sys.argv[1]), sys.argv[2:]
-search = train.find_batch_size
+search = finders.find_batch_size
 
-def search_with_limit(model, args, info, device, reference, cap, *rest):
-    trains(model, reference, args, info, device, *rest)
+def search_with_limit(model, args, data, device, reference, loss_of, cap):
+    finders.trains(model, reference, args, data, device, loss_of)
     unlimited = resource.getrlimit(resource.RLIMIT_DATA)
     resource.setrlimit(resource.RLIMIT_DATA, ((data_mib() + budget) << 20, unlimited[1]))
     try:
-        return search(model, args, info, device, reference, cap, *rest)
+        return search(model, args, data, device, reference, loss_of, cap)
     finally:
         resource.setrlimit(resource.RLIMIT_DATA, unlimited)
 
-train.find_batch_size = search_with_limit
+finders.find_batch_size = search_with_limit
 train.main([*flags, "--batch-size", "auto", "--out-dir", "runs/limited"])
 """
 BUDGET = 100  # MiB: a ResNet step takes about 70 more on 128 images of 16x16, 125 on 256
 # The ResNet on 16x16 images, up to 512 of them a batch; --lr 0.01 for batch 16.
-MEMORY = ["--model", "resnet_small", "--image-size", "16", "--synthetic-size", "512"]
+# 8192 images: an epoch has 16 optimizer steps at the cap, 512.
+MEMORY = ["--model", "resnet_small", "--image-size", "16", "--synthetic-size", "8192"]
 MEMORY += ["--max-batch-size", "512", "--lr", "0.01", "--epochs", "1", "--workers", "0"]
 MEMORY += ["--device", "cpu", "--data-on-device", "on", "--fresh"]
 
@@ -246,7 +248,7 @@ MEMORY += ["--device", "cpu", "--data-on-device", "on", "--fresh"]
 def found(output: str) -> tuple[int, float]:
     """The batch size and learning rate that the batch size finder's line reports, after
     checking its linear scaling: lr = 0.01 x batch / 16."""
-    match = re.search(r"batch (\d+) per process, lr 0.01 x (\d+)/16 = (\S+)", output)
+    match = re.search(r"batch (\d+), lr 0.01 x (\d+)/16 = (\S+)", output)
     assert match, output
     batch, lr = int(match.group(1)), float(match.group(3))
     assert int(match.group(2)) == batch and lr == pytest.approx(0.01 * batch / 16)

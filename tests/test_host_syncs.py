@@ -106,7 +106,7 @@ BASE += ["--model", "mlp", "--device", "cpu", "--log-interval", "5"]
         ("off", ["--accum-steps", "2"], [5, 10]),  # 10 optimizer steps
         ("off", ["--log-interval", "3"], [3, 6, 9, 12, 15, 18]),
         ("bf16", ["--amp", "bf16"], [5, 10, 15, 20]),
-        ("bf16", ["--amp", "bf16", "--accum-steps", "3", "--ema", "--clip-grad", "1"], [5]),
+        ("bf16", ["--amp", "bf16", "--accum-steps", "3", "--clip-grad", "1"], [5]),
     ],
     ids=["off", "off-loader", "off-accum", "off-interval3", "bf16", "bf16-accum-ema-clip"],
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import unittest.mock
 
 import pytest
 import torch
@@ -29,21 +30,23 @@ def test_loader_keeps_its_workers_and_pins_memory_only_on_cuda(project):
         val_set = data.SyntheticImages(16, size=8, split="val")
         info = None  # read only by the on-device path
         cpu = torch.device("cpu")
-        train_loader, val_loader, _ = data.build_loaders(
-            train_set, val_set, info, loader_args(), 2, cpu
-        )
+        with unittest.mock.patch.object(data, "cpu_count", return_value=2):
+            train_loader, val_loader, _ = data.build_loaders(
+                train_set, val_set, info, loader_args(), cpu
+            )
         assert train_loader.num_workers == 2 and train_loader.persistent_workers
         assert train_loader.prefetch_factor == 4 and train_loader.drop_last
         assert not train_loader.pin_memory and not val_loader.pin_memory
-        alone, _, _ = data.build_loaders(train_set, val_set, info, loader_args("0"), 0, cpu)
+        alone, _, _ = data.build_loaders(train_set, val_set, info, loader_args("0"), cpu)
         assert alone.num_workers == 0 and not alone.persistent_workers
 
 
 def test_workers_are_capped_by_the_cpus(project, tmp_path, capsys):
     with inside(project):
         import train
+        from proj.utils import cpu_count
 
-        cpus = train.cpu_count()
+        cpus = cpu_count()
         flags = ["--device", "cpu", "--synthetic-size", "32", "--image-size", "8"]
         flags += ["--batch-size", "16", "--epochs", "1", "--model", "mlp"]
         flags += ["--data-on-device", "off", "--workers", str(cpus + 1)]

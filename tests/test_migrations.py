@@ -92,7 +92,7 @@ def test_renamed_answer_and_moved_file_keep_the_users_edits(template_repo, tmp_p
     assert "_commit: v0.2.0" in answers
     train_text = train.read_text()
     assert 'default="runs/ours"' in train_text  # the user's edit
-    assert "default=2,\n" in train_text  # the answer, carried over under its new name
+    assert "type=int_at_least(0), default=2," in train_text  # the answer, under its new name
     assert not check.exists()
     moved = (project / NEW_CHECK).read_text()
     assert '"outputs"' in moved  # the user's edit, moved with the file
@@ -179,7 +179,8 @@ logger:
 
 def as_v0_6_0(repo):
     """Undo, in a copy of the working tree, what v0.7.0 changed in the questions: ema and
-    logger were questions of their own, and every project had the finders."""
+    logger were questions of their own, and every project had preemption, the on-device data
+    path, the guard and the finders."""
     config = repo / "copier.yml"
     text = config.read_text()
     extras = text.index("extras:\n  type: str")
@@ -189,12 +190,18 @@ def as_v0_6_0(repo):
     for new, old in (
         (computed_ema, ""),
         ("\"{{ 'finders' in extras }}\"", '"{{ true }}"'),
+        ("\"{{ 'preemption' in extras }}\"", '"{{ true }}"'),
+        ("\"{{ 'device_data' in extras }}\"", '"{{ true }}"'),
+        ("\"{{ 'guard' in extras }}\"", '"{{ true }}"'),
         ("\"{{ 'tensorboard' in extras }}\"", "\"{{ logger == 'tensorboard' }}\""),
     ):
         assert text.count(new) == 1, new
         text = text.replace(new, old)
     text = text[: text.index("  # v0.7.0 gathered")]  # the migrations v0.7.0 added
     config.write_text(text)
+
+
+EVERY_PROJECT_HAD = ["preemption", "device_data", "guard", "finders"]  # up to v0.6.0
 
 
 @pytest.fixture(scope="module")
@@ -205,8 +212,8 @@ def extras_repo(tmp_path_factory):
 @pytest.mark.parametrize(
     ("old_answers", "extras"),
     [
-        ({"ema": True, "logger": "tensorboard"}, ["finders", "ema", "tensorboard"]),
-        ({}, ["finders"]),
+        ({"ema": True, "logger": "tensorboard"}, [*EVERY_PROJECT_HAD, "ema", "tensorboard"]),
+        ({}, EVERY_PROJECT_HAD),
     ],
 )
 def test_ema_and_logger_become_extras_and_the_project_keeps_its_parts(

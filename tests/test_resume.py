@@ -3,6 +3,7 @@ signals, atomic writes, safe loading, and runs that stop on non-finite losses.""
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import random
@@ -47,8 +48,10 @@ def same_training(done, resumed) -> None:
     a = torch.load(done, weights_only=True)
     b = torch.load(resumed, weights_only=True)
     assert a.keys() == b.keys()
-    for part in ("model", "optimizer", "scheduler", "ema", "progress", "sums"):
-        if part in a:  # "ema" only with the extra
+    for state in (a, b):
+        del state["progress"]["elapsed_s"]  # wall-clock time
+    for part in ("model", "optimizer", "scheduler", "ema", "guard", "progress", "sums"):
+        if part in a:  # "ema" and "guard" only with their extras
             tensors_equal(a[part], b[part], part)
 
 
@@ -149,7 +152,7 @@ def test_preemption_signal_checkpoints_and_exits_for_requeue(project, tmp_path, 
     status = interrupt_at(cmd, project, 7, sig)  # the signal comes during step 8
     assert status == exit_code
     assert checkpoint_step(out / "last.pt") == 8  # that step finished, then saved
-    before = torch.load(out / "last.pt", weights_only=True)["elapsed_s"]
+    before = torch.load(out / "last.pt", weights_only=True)["progress"]["elapsed_s"]
     run(*cmd, cwd=project)
     same_training(tmp_path / "whole/last.pt", out / "last.pt")
     rows = read_metrics(out)
@@ -210,7 +213,7 @@ def test_a_part_way_epoch_resumes_only_with_its_batch_size(project, tmp_path):
     flags = [*RUN, "--workers", "0", "--model", "mlp", "--epochs", "1"]
     run(PY, "train.py", *flags, "--out-dir", tmp_path / "a", cwd=project)
     state = torch.load(tmp_path / "a/last.pt", weights_only=True)
-    assert state["batch_layout"] == [16, 1]
+    assert state["args"]["batch_size"] == 16
     # As a preemption three batches into the second epoch leaves it (test above).
     state["progress"].update(batch=3, step=state["progress"]["step"] + 3)
     torch.save(state, tmp_path / "part-way.pt")
@@ -220,31 +223,38 @@ def test_a_part_way_epoch_resumes_only_with_its_batch_size(project, tmp_path):
     )
     assert refused.returncode == 1
     assert refused.stderr.strip().splitlines() == [
-        f"error: {tmp_path / 'part-way.pt'}: saved part-way through epoch 2 with batches of 16 "
-        "images on 1 process(es), where this run has 8 on 1: finish that epoch with the same "
-        "--batch-size and processes (a checkpoint from the end of an epoch takes any)"
+        f"error: {tmp_path / 'part-way.pt'}: saved part-way through epoch 2 with batches of 16; "
+        "finish that epoch with --batch-size 16 (a checkpoint from the end of an epoch takes any)"
     ]
     resumed = run(PY, "train.py", *RUN, *more, "--resume", tmp_path / "a/last.pt", cwd=project)
     assert "resumed from" in resumed.stdout
     assert [row["epoch"] for row in read_metrics(tmp_path / "b")] == [2]
-    # A checkpoint as v0.4.0 wrote it, with neither the batch layout nor the count of finite
-    # losses in its meter, still resumes part-way through the epoch with any batch size.
-    older = as_format_1(state)
-    del older["batch_layout"], older["meter"]["finite"]
-    torch.save(older, tmp_path / "older.pt")
+    # A checkpoint as v0.6.0 wrote it resumes part-way through the epoch with its batch size.
+    torch.save(as_format_1(state), tmp_path / "older.pt")
     more[more.index(tmp_path / "b")] = tmp_path / "c"
+    more[-1] = "16"
     run(PY, "train.py", *RUN, *more, "--resume", tmp_path / "older.pt", cwd=project)
     rows = read_metrics(tmp_path / "c")
     assert [row["epoch"] for row in rows] == [2] and math.isfinite(rows[0]["train_loss"])
 
 
 def as_format_1(state: dict) -> dict:
-    """A checkpoint of one process as v0.5.0 and v0.6.0 wrote it (format 1)."""
-    old = {k: v for k, v in state.items() if k not in ("format", "sums", "rng", "processes")}
-    sums = state["sums"]
-    old["meter"] = dict(sums["totals"])
-    old["pending"] = {"losses": sums["losses"], "bad": sums["bad"]}
+    """A checkpoint of one process as v0.5.0 and v0.6.0 wrote it (format 1): the epoch's
+    sums as losses times images, the random states as a list, no classes nor elapsed time."""
+    keep = ("model", "optimizer", "scheduler", "ema", "args")
+    old = {k: v for k, v in state.items() if k in keep}
+    images = state["args"]["batch_size"]
+    loss, finite = (state["sums"]["totals"] * images).tolist()
+    old["meter"] = {"loss": loss, "finite": finite, "seen": finite}
+    old["meter"]["bad_steps"] = state["guard"]["bad_steps"]
+    old["pending"] = {
+        "losses": [(loss, images) for loss in state["sums"]["pending"]],
+        "bad": state["guard"]["pending"],
+    }
     old["rng"] = [state["rng"]]
+    progress = {k: v for k, v in state["progress"].items() if k != "elapsed_s"}
+    old["progress"] = {**progress, "best_acc": progress.pop("best")}
+    old["batch_layout"] = [images, 1]
     return old
 
 
@@ -256,33 +266,40 @@ def test_checkpoints_of_format_1_are_upgraded(project):
 
     def meter(value):
         names = ("loss", "finite", "seen", "bad_steps")
-        return {name: torch.tensor(float(value)) for name in names}
+        return {name: torch.tensor(16.0 * value) for name in names}
 
     pending = {"losses": [(torch.tensor(2.0), 16)], "bad": [torch.tensor(0.0)]}
     shares = [{"meter": meter(i), "pending": pending} for i in (1, 2)]
+    progress = {"epoch": 1, "batch": 3, "step": 9, "best_acc": 12.5}
     v060 = {"model": {}, "meter": meter(1), "pending": pending, "rng": ["r0", "r1"]}
-    upgraded = upgrade({**v060, "process_meters": shares, "batch_layout": [8, 2]})
-    assert upgraded["format"] == FORMAT and upgraded["batch_layout"] == [8, 2]
-    assert upgraded["rng"] == "r0" and upgraded["sums"]["totals"]["seen"] == 1
+    v060.update(progress=progress, args={"batch_size": 16}, batch_layout=[16, 2])
+    upgraded = upgrade({**v060, "process_meters": shares})
+    assert upgraded["format"] == FORMAT and upgraded["classes"] is None
+    assert upgraded["progress"] == {"epoch": 1, "batch": 3, "step": 9, "best": 12.5}
+    assert upgraded["rng"] == "r0" and upgraded["sums"]["totals"].tolist() == [1.0, 1.0]
     assert [p["rng"] for p in upgraded["processes"]] == ["r0", "r1"]
-    assert [p["sums"]["totals"]["seen"].item() for p in upgraded["processes"]] == [1, 2]
-    assert upgraded["processes"][1]["sums"]["losses"] == pending["losses"]
-    for key in ("meter", "pending", "process_meters"):
+    assert [p["sums"]["totals"].tolist() for p in upgraded["processes"]] == [[1, 1], [2, 2]]
+    assert upgraded["processes"][1]["sums"]["pending"] == [torch.tensor(2.0)]
+    assert upgraded["processes"][1]["guard"]["bad_steps"] == 32.0
+    for key in ("meter", "pending", "process_meters", "batch_layout"):
         assert key not in upgraded
     v050 = upgrade(dict(v060))
-    assert [p["sums"]["totals"]["seen"].item() for p in v050["processes"]] == [1, 1]
-    assert v050["batch_layout"] is None  # not recorded: any will do
+    assert [p["sums"]["totals"].tolist() for p in v050["processes"]] == [[1, 1], [1, 1]]
     current = {"format": FORMAT, "model": {}, "rng": "r"}
     assert upgrade(dict(current)) == current
 
 
-def test_ema_added_on_resuming_averages_from_the_loaded_weights(project, tmp_path, monkeypatch):
-    """A run resumed with --ema from a checkpoint without an average starts the average from
-    the weights it loaded, not from the freshly initialised ones."""
+def test_an_average_missing_from_the_checkpoint_starts_from_the_loaded_weights(
+    project, tmp_path, monkeypatch
+):
+    """A checkpoint without an average of the weights (written before the ema extra was
+    chosen) resumes with an average that starts from the weights it loaded, not from the
+    freshly initialised ones."""
     flags = [*RUN[1:], "--workers", "0", "--model", "mlp", "--out-dir", str(tmp_path)]
-    run(PY, "train.py", *flags, "--epochs", "1", "--no-ema", cwd=project)
+    run(PY, "train.py", *flags, "--epochs", "1", cwd=project)
     saved = torch.load(tmp_path / "last.pt", weights_only=True)
-    assert saved["ema"] is None
+    saved["ema"] = None
+    torch.save(saved, tmp_path / "older.pt")
     averaged_from = []
     with inside(project):
         import train
@@ -295,17 +312,17 @@ def test_ema_added_on_resuming_averages_from_the_loaded_weights(project, tmp_pat
             update(ema, model)
 
         monkeypatch.setattr(train.EMA, "update", first_update)
-        train.main([*flags, "--epochs", "2", "--ema"])
+        train.main([*flags, "--epochs", "2", "--resume", str(tmp_path / "older.pt")])
     tensors_equal(averaged_from[0], saved["model"])
     assert "ema_val_acc" in read_metrics(tmp_path)[-1]
 
 
-def dropout_mlp(name, num_classes, in_channels, image_size):
+def dropout_mlp(name, info):
     """A model that draws random numbers while it trains, which the built-in ones do not."""
-    hidden = 64
+    hidden, num_classes = 64, info.num_classes
     return torch.nn.Sequential(
         torch.nn.Flatten(),
-        torch.nn.Linear(in_channels * image_size * image_size, hidden),
+        torch.nn.Linear(math.prod(info.input_shape), hidden),
         torch.nn.ReLU(),
         torch.nn.Dropout(0.5),
         torch.nn.Linear(hidden, num_classes),
@@ -348,9 +365,10 @@ def test_a_second_ctrl_c_interrupts_at_once(project):
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with inside(project):
-            from proj.utils import StopSignal
+            from proj.preemption import Preemption
 
-            with StopSignal() as stop:
+            args = argparse.Namespace(out_dir="runs", save_every_minutes=0)
+            with Preemption(args) as stop:
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(0.01)  # the handler runs between bytecodes
                 assert stop.received == "SIGINT"

@@ -294,9 +294,10 @@ def test_a_non_finite_step_leaves_model_and_optimizer_as_they_were(template, tmp
     project = render(template, tmp_path / "p", optimizer=optimizer)
     with inside(project):
         import train
+        from proj.data import DataInfo
+        from proj.guard import NonFiniteGuard, non_finite
         from proj.models import build_model
         from proj.optim import build_optimizer
-        from proj.utils import NonFiniteGuard, non_finite
 
         values = torch.tensor([1.0, -3e38, 0.0, -0.0, float("inf"), float("-inf"), float("nan")])
         flags = [non_finite(v).item() for v in values]
@@ -308,7 +309,7 @@ def test_a_non_finite_step_leaves_model_and_optimizer_as_they_were(template, tmp
 
         torch.manual_seed(0)
         args = train.get_args_parser().parse_args([])
-        model = build_model("resnet_small", 10, 3, 8)
+        model = build_model("resnet_small", DataInfo(10, (3, 8, 8)))
         optimizer_ = build_optimizer(model, args, torch.device("cpu"))
         guard = NonFiniteGuard(model, optimizer_)
         images, targets = torch.randn(16, 3, 8, 8), torch.randint(10, (16,))
@@ -316,13 +317,13 @@ def test_a_non_finite_step_leaves_model_and_optimizer_as_they_were(template, tmp
         def step(scale: float) -> bool:
             guard.start_window()
             loss = F.cross_entropy(model(images * scale), targets)
-            bad = non_finite(loss.detach())  # as the training loop passes it
+            guard.add(loss.detach())  # as the training loop passes it
             loss.backward()
-            guard.before_step(bad)
+            guard.before_step()
             optimizer_.step()
-            guard.after_step(bad)
+            guard.after_step()
             optimizer_.zero_grad(set_to_none=True)
-            return bool(bad)
+            return bool(guard.bad)
 
         assert not step(1.0)  # a good step first, so that the optimizer has state
         weights = copy.deepcopy(model.state_dict())

@@ -34,10 +34,10 @@ def template_repo(tmp_path_factory):
     tag_release(repo, OLD)
     train = repo / "template/train.py.jinja"
     text = train.read_text()
-    assert '        default=50,\n        help="optimizer steps between' in text
+    assert 'default=50, help="steps between host syncs"' in text
     text = text.replace(
-        '        default=50,\n        help="optimizer steps between',
-        '        default=20,\n        help="optimizer steps between',
+        'default=50, help="steps between host syncs"',
+        'default=20, help="steps between host syncs"',
     )
     train.write_text(text)
     models = repo / "template/{{package_name}}/models.py"
@@ -60,20 +60,16 @@ def users_edits(project):
     models = project / "proj/models.py"
     models.write_text(
         models.read_text().replace(
-            '    if name == "mlp":',
-            '    if name == "my_net":  # our own model\n'
-            "        return MLP(in_channels * image_size * image_size, num_classes, hidden=64)\n"
-            '    if name == "mlp":',
+            '    "mlp": lambda info:',
+            '    "my_net": lambda info: MLP(math.prod(info.input_shape), 10, 64),  # our own\n'
+            '    "mlp": lambda info:',
         )
     )
     train = project / "train.py"
     text = train.read_text()
-    assert 'default=10,\n        help="epochs to train"' in text
+    assert 'default=10, help="epochs to train"' in text
     train.write_text(
-        text.replace(
-            'default=10,\n        help="epochs to train"',
-            'default=42,\n        help="epochs to train"',
-        )
+        text.replace('default=10, help="epochs to train"', 'default=42, help="epochs to train"')
     )
     (project / "notes.md").write_text("# Our notes\n")
     (project / "tests/test_models.py").unlink()
@@ -91,7 +87,7 @@ def test_update_keeps_edits_and_brings_the_change(template_repo, tmp_path):
     assert "default=20," in train and "default=50," not in train  # the template's change
     assert "default=42," in train  # the user's default
     models = (project / "proj/models.py").read_text()
-    assert 'if name == "my_net":' in models  # the user's model
+    assert '"my_net": lambda info:' in models  # the user's model
     assert '"""A multilayer perceptron.' in models  # the template's change, same file
     assert (project / "notes.md").read_text() == "# Our notes\n"
     assert not (project / "tests/test_models.py").exists()  # deleted stays deleted
@@ -105,7 +101,7 @@ def test_changing_an_answer_rerenders_and_keeps_edits(template_repo, tmp_path):
     assert_no_conflicts(project)
     assert (project / "proj/lamb.py").is_file()
     assert "Lamb(" in (project / "proj/optim.py").read_text()
-    assert 'if name == "my_net":' in (project / "proj/models.py").read_text()
+    assert '"my_net": lambda info:' in (project / "proj/models.py").read_text()
     assert "default=42," in (project / "train.py").read_text()
     assert "optimizer: lamb" in (project / ".copier-answers.yml").read_text()
 
@@ -134,7 +130,7 @@ def test_a_conflicting_update_fails_naming_the_files_and_so_do_the_projects_test
     the project's own tests stop at once naming it, though train.py no longer imports."""
     project = render_old(template_repo, tmp_path / "p")
     train = project / "train.py"
-    old_line = '        default=50,\n        help="optimizer steps between'
+    old_line = 'default=50, help="steps between host syncs"'
     assert old_line in train.read_text()
     train.write_text(train.read_text().replace(old_line, old_line.replace("50", "100")))
     commit_all(project, "our log interval")
