@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 
 BENCHMARKS = (
+    "line_counts.py",
     "loop_overhead.py",
     "overhead_breakdown.py",
     "lightning_compare.py",

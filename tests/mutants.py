@@ -36,11 +36,14 @@ COPIED = ("copier.yml", "pyproject.toml", "template", "hooks", "examples", "test
 PKG = "template/{{package_name}}"
 TRAIN = "template/train.py.jinja"
 DATA = f"{PKG}/data.py.jinja"
-UTILS = f"{PKG}/utils.py.jinja"
+UTILS = f"{PKG}/utils.py"
 SCHEDULE = f"{PKG}/schedule.py.jinja"
 FINDERS = PKG + "/{% if finders %}finders.py{% endif %}.jinja"
 OPTIM = f"{PKG}/optim.py.jinja"
-CHECKPOINT = f"{PKG}/checkpoint.py"
+CHECKPOINT = f"{PKG}/checkpoint.py.jinja"
+GUARD = PKG + "/{% if guard %}guard.py{% endif %}.jinja"
+PREEMPTION = PKG + "/{% if preemption %}preemption.py{% endif %}.jinja"
+DEVICE_DATA = PKG + "/{% if device_data %}device_data.py{% endif %}.jinja"
 DISTRIBUTED = PKG + "/{% if ddp %}distributed.py{% endif %}.jinja"
 LAMB = PKG + "/{% if optimizer == 'lamb' %}lamb.py{% endif %}"
 LARS = PKG + "/{% if optimizer == 'lars' %}lars.py{% endif %}"
@@ -63,8 +66,8 @@ MUTANTS = [
         "1cycle-ignores-accumulation",
         "1cycle: total steps from the loader length after accumulation",
         TRAIN,
-        "steps_per_epoch = math.ceil(len(train_loader) / args.accum_steps)",
-        "steps_per_epoch = len(train_loader)",
+        "math.ceil(len(batches) / args.accum_steps)",
+        "len(batches)",
         ("tests/test_schedules.py",),
     ),
     Mutant(
@@ -127,7 +130,7 @@ MUTANTS = [
     Mutant(
         "batch-finder-lr-not-scaled",
         "batch-size finder: the linear scaling rule for the learning rate",
-        TRAIN,
+        FINDERS,
         "lr = args.lr * args.batch_size / reference",
         "lr = args.lr",
         ("tests/test_finders.py", "-k", "memory_limit"),
@@ -136,7 +139,7 @@ MUTANTS = [
     Mutant(
         "workers-not-capped",
         "DataLoader workers capped by the CPUs",
-        TRAIN,
+        DATA,
         "workers = min(args.workers, cpu_count())",
         "workers = args.workers",
         ("tests/test_loading.py",),
@@ -145,8 +148,8 @@ MUTANTS = [
         "workers-not-persistent",
         "persistent workers and prefetching",
         DATA,
-        "options.update(persistent_workers=True, prefetch_factor=4)",
-        "options.update(prefetch_factor=4)",
+        'options = {**options, "persistent_workers": True, "prefetch_factor": 4}',
+        'options = {**options, "prefetch_factor": 4}',
         ("tests/test_loading.py",),
     ),
     Mutant(
@@ -161,14 +164,14 @@ MUTANTS = [
         "in-memory-set-copied",
         "torch.as_tensor instead of torch.tensor: no needless copies",
         DATA,
-        "images = torch.as_tensor(data)",
-        "images = torch.tensor(data)",
+        "images = torch.as_tensor(dataset.data)",
+        "images = torch.tensor(dataset.data)",
         ("tests/test_device_data.py", "-k", "in_memory"),
     ),
     Mutant(
         "device-data-same-order-every-epoch",
         "on-device data: a new shuffle each epoch",
-        DATA,
+        DEVICE_DATA,
         "gen = torch.Generator(self.device).manual_seed(self.seed * 100_003 + self.epoch)\n"
         "        order",
         "gen = torch.Generator(self.device).manual_seed(self.seed * 100_003)\n        order",
@@ -178,8 +181,8 @@ MUTANTS = [
         "channels-last-ignored",
         "channels_last batches",
         DATA,
-        "images = images.contiguous(memory_format=torch.channels_last)",
-        "images = images.contiguous()",
+        "inputs = inputs.contiguous(memory_format=torch.channels_last)",
+        "inputs = inputs.contiguous()",
         ("tests/test_device_data.py", "-k", "memory_format"),
     ),
     # Mixed precision and the training step
@@ -187,7 +190,8 @@ MUTANTS = [
         "fp16-clips-scaled-gradients",
         "AMP: unscale_ before clipping",
         TRAIN,
-        "            scaler.unscale_(optimizer)\n",
+        "        parts.scaler.unscale_(parts.optimizer)  # clip the true gradients, not scaled "
+        "ones\n",
         "",
         ("tests/test_training_step.py",),
     ),
@@ -195,16 +199,16 @@ MUTANTS = [
         "fp16-schedule-steps-on-skips",
         "AMP: no scheduler step when the GradScaler skipped",
         TRAIN,
-        "        if scaler.get_scale() >= scale:  # the scale only drops after a skipped step\n"
-        "            scheduler.step()",
-        "        scheduler.step()",
+        "    if parts.scaler.get_scale() >= scale:  # the scale only drops after a skipped step\n"
+        "        parts.scheduler.step()",
+        "    parts.scheduler.step()",
         ("tests/test_training_step.py",),
     ),
     Mutant(
         "fp16-scaler-not-saved",
         "AMP: the GradScaler's state in checkpoints",
-        TRAIN,
-        '            "scaler": scaler.state_dict(),\n',
+        CHECKPOINT,
+        '        "scaler": parts.scaler.state_dict(),\n',
         "",
         ("tests/test_training_step.py",),
     ),
@@ -212,9 +216,10 @@ MUTANTS = [
         "no-clipping",
         "gradient clipping",
         TRAIN,
-        "        if args.clip_grad > 0:\n            nn.utils.clip_grad_norm_(",
-        "        if args.clip_grad < 0:\n            nn.utils.clip_grad_norm_(",
+        "    if args.clip_grad > 0:\n",
+        "    if args.clip_grad < 0:\n",
         ("tests/test_training_step.py", "-k", "clipped"),
+        occurrences=2,
     ),
     Mutant(
         "accumulation-sums",
@@ -228,17 +233,16 @@ MUTANTS = [
         "no-label-smoothing",
         "label smoothing",
         TRAIN,
-        "targets, label_smoothing=args.label_smoothing)",
-        "targets)",
+        "F.cross_entropy(outputs, targets, label_smoothing=args.label_smoothing)",
+        "F.cross_entropy(outputs, targets)",
         ("tests/test_training_step.py", "-k", "smoothing"),
-        occurrences=2,
     ),
     Mutant(
         "per-step-host-sync",
         "no needless host syncs: the host waits only at log intervals",
         TRAIN,
-        "        bad = non_finite(loss)  # 1.0 for NaN or inf\n",
-        "        bad = non_finite(loss)  # 1.0 for NaN or inf\n        loss.item()\n",
+        "        sums.add(loss)\n",
+        "        sums.add(loss)\n        loss.item()\n",
         ("tests/test_host_syncs.py",),
     ),
     Mutant(
@@ -303,8 +307,8 @@ MUTANTS = [
         "throughput-not-measured",
         "throughput (samples/s) in the logs",
         TRAIN,
-        '"samples_per_s": speed,',
-        '"samples_per_s": 0.0,',
+        "samples_per_s=speed)",
+        "samples_per_s=0.0)",
         ("tests/test_matrix.py", "-k", "off-sgd"),
     ),
     Mutant(
@@ -345,8 +349,8 @@ MUTANTS = [
         "ema-never-updated",
         "EMA of the weights: updated after every optimizer step",
         TRAIN,
-        "            parts.ema.update(parts.raw_model)",
-        "            pass",
+        "    parts.ema.update(parts.raw_model)",
+        "    pass",
         ("tests/test_resume.py", "-k", "ema"),
     ),
     # DDP
@@ -354,8 +358,8 @@ MUTANTS = [
         "ddp-sampler-ignores-epoch",
         "DDP: DistributedSampler with set_epoch",
         DATA,
-        "        super().set_epoch(epoch)\n",
-        "",
+        "        gen = torch.Generator().manual_seed(self.seed * 100_003 + self.epoch)",
+        "        gen = torch.Generator().manual_seed(self.seed * 100_003)",
         ("tests/test_device_data.py", "-k", "ddp"),
     ),
     Mutant(
@@ -378,23 +382,23 @@ MUTANTS = [
         "ddp-evaluation-pads",
         "DDP: evaluation counts every sample exactly once",
         DATA,
-        "self.indices = range(rank, length, world_size)",
-        "self.indices = [i % length for i in range(rank, length + 1, world_size)]",
+        "self.indices = range(rank(), length, process_count())",
+        "self.indices = [i % length for i in range(rank(), length + 1, process_count())]",
         ("tests/test_ddp.py", "-k", "evaluation_counts"),
     ),
     Mutant(
         "ddp-every-rank-writes",
         "DDP: rank 0 alone writes checkpoints and logs",
-        TRAIN,
-        "is_main = rank == 0  # only the first process writes files and prints",
-        "is_main = True",
+        CHECKPOINT,
+        "    if rank() > 0:\n        return\n    own = processes[0]",
+        "    own = processes[0]",
         ("tests/test_ddp.py", "-k", "rank_zero_alone"),
     ),
     Mutant(
         "ddp-bad-loss-skipped-on-one-rank-only",
         "non-finite guard under DDP: a step bad on any process is skipped by all",
-        TRAIN,
-        "        all_reduce_max(window_bad)\n",
+        GUARD,
+        "        all_reduce_max(self.bad)\n",
         "",
         ("tests/test_ddp.py", "-k", "non_finite_on_one_rank"),
     ),
@@ -402,9 +406,9 @@ MUTANTS = [
     Mutant(
         "resume-without-random-state",
         "exact resume: the random state",
-        TRAIN,
-        '        set_rng_state(checkpoint["rng"])\n        sums.load_state_dict',
-        "        sums.load_state_dict",
+        CHECKPOINT,
+        '    set_rng_state(own["rng"])\n',
+        "",
         ("tests/test_resume.py", "-k", "dropout"),
         occurrences=2,  # single process, and DDP
     ),
@@ -435,7 +439,7 @@ MUTANTS = [
     Mutant(
         "sigusr1-ignored",
         "preemption: SIGTERM and SIGUSR1 checkpoint and exit",
-        UTILS,
+        PREEMPTION,
         "SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)",
         "SIGNALS = (signal.SIGTERM, signal.SIGINT)",
         ("tests/test_resume.py", "-k", "preemption"),
@@ -443,7 +447,7 @@ MUTANTS = [
     Mutant(
         "preemption-exits-0",
         "preemption: exit 75 so that the scheduler requeues",
-        UTILS,
+        PREEMPTION,
         "REQUEUE_EXIT = 75",
         "REQUEUE_EXIT = 0",
         ("tests/test_resume.py", "-k", "preemption"),
@@ -451,7 +455,7 @@ MUTANTS = [
     Mutant(
         "second-ctrl-c-waits",
         "Ctrl-C: finish the step and save; a second one stops at once",
-        UTILS,
+        PREEMPTION,
         "            signal.signal(signum, self._previous[signum])\n",
         "",
         ("tests/test_resume.py", "-k", "ctrl_c"),
@@ -468,7 +472,7 @@ MUTANTS = [
         "eval-only-scores-an-untrained-model",
         "--eval-only needs a checkpoint",
         TRAIN,
-        "if args.eval_only and no_checkpoint and (args.fresh or not last.exists()):",
+        "if args.eval_only and not (args.resume or args.init_weights or last.is_file()):",
         "if False:",
         ("tests/test_robustness.py", "-k", "bad_flag"),
     ),
@@ -476,24 +480,24 @@ MUTANTS = [
     Mutant(
         "checkpoint-of-overflowed-weights",
         "no checkpoint is ever written with non-finite weights",
-        TRAIN,
-        "        if not all_finite(raw_model):",
-        "        if False:",
+        CHECKPOINT,
+        "    if not all_finite(parts.raw_model):",
+        "    if False:",
         ("tests/test_robustness.py", "-k", "overflow"),
     ),
     Mutant(
         "fused-step-not-skipped",
         "non-finite losses never reach the weights (fused kernels)",
-        UTILS,
-        "self.optimizer.found_inf = bad  # the fused kernel skips the step when 1",
+        GUARD,
+        "self.optimizer.found_inf = self.bad  # the fused kernel skips the step when 1",
         "pass",
         ("tests/test_robustness.py", "-k", "non_finite"),
     ),
     Mutant(
         "max-bad-steps-ignored",
         "--max-bad-steps in a row stop the run",
-        TRAIN,
-        "if args.max_bad_steps and bad_in_row >= args.max_bad_steps:",
+        GUARD,
+        "if max_bad_steps and in_row >= max_bad_steps:",
         "if False:",
         ("tests/test_robustness.py", "-k", "stop_the_run"),
     ),
@@ -574,9 +578,50 @@ MUTANTS = [
         "elapsed-restarts-on-resume",
         "elapsed_s carries on across resumes",
         TRAIN,
-        '        elapsed_before = checkpoint["elapsed_s"]\n',
-        "",
+        "    started = time.perf_counter() - progress.elapsed_s",
+        "    started = time.perf_counter()",
         ("tests/test_resume.py", "-k", "preemption and 15"),
+    ),
+    # Your own data, model and loss
+    Mutant(
+        "float-inputs-rescaled",
+        "float inputs reach the model untouched unless the data set declares a normalisation",
+        DATA,
+        "        elif not inputs.is_floating_point():\n            inputs = inputs.float()",
+        "        else:\n            inputs = inputs.float() / 255",
+        ("tests/test_rendered_suite.py", "-k", "defaults"),
+    ),
+    Mutant(
+        "data-info-unchecked",
+        "a DataInfo that cannot fit the data is refused in one line",
+        DATA,
+        "    elif info.mean is not None and not len(info.mean) == len(info.std) == shape[0]:",
+        "    elif False:",
+        ("tests/test_rendered_suite.py", "-k", "defaults"),
+    ),
+    Mutant(
+        "batch-finder-one-step-epochs",
+        "batch-size finder: at least 16 optimizer steps per epoch",
+        FINDERS,
+        "    cap = min(args.max_batch_size, steps_cap)",
+        "    cap = args.max_batch_size",
+        ("tests/test_rendered_suite.py", "-k", "finders"),
+    ),
+    Mutant(
+        "timed-save-never-due",
+        "preemption: --save-every-minutes checkpoints on a timer",
+        PREEMPTION,
+        "        due = 0 < self.minutes <= (time.monotonic() - self.last_save) / 60",
+        "        due = False",
+        ("tests/test_ddp.py", "-k", "save_every_minutes"),
+    ),
+    Mutant(
+        "guard-counts-across-epochs",
+        "non-finite steps counted per epoch",
+        GUARD,
+        "        self.bad_steps.zero_()\n",
+        "",
+        ("tests/test_ddp.py", "-k", "non_finite_on_one_rank"),
     ),
     Mutant(
         "renamed-answer-lost",

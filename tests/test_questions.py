@@ -217,6 +217,6 @@ def test_extras_are_recorded_and_rendered(template, tmp_path, extras):
     assert ("tensorboard" in pyproject) == ("tensorboard" in extras)
 
 
-def test_the_default_extras_are_preemption_and_the_on_device_data(template, tmp_path):
+def test_the_default_extras_are_preemption_alone(template, tmp_path):
     dest = copy(template, tmp_path / "project")
-    assert recorded_answers(dest)["extras"] == ["preemption", "device_data"]
+    assert recorded_answers(dest)["extras"] == ["preemption"]

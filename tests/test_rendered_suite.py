@@ -9,15 +9,19 @@ import pytest
 from tests.helpers import render, run
 
 PROJECTS = {
-    "defaults": {},
-    "lamb-onecycle-fp16-finders-tensorboard": dict(
+    "defaults": dict(extras=["preemption"]),  # the template's own defaults
+    "lamb-onecycle-fp16-finders-guard-device-data-tensorboard": dict(
         optimizer="lamb",
         scheduler="onecycle",
         amp="fp16",
-        extras=["finders", "tensorboard"],
+        extras=["finders", "guard", "device_data", "tensorboard"],
     ),
-    "ddp-lars-step-ema": dict(
-        distributed="ddp", optimizer="lars", scheduler="step", amp="off", extras=["ema"]
+    "ddp-lars-step-preemption-ema": dict(
+        distributed="ddp",
+        optimizer="lars",
+        scheduler="step",
+        amp="off",
+        extras=["preemption", "ema"],
     ),
 }
 
