@@ -35,18 +35,13 @@ class BareLoop:
         self.device = device = utils.pick_device(args.device)
         utils.seed_everything(args.seed, args.deterministic)
         train_set, val_set, info = data.build_dataset(args)
-        workers = min(args.workers, utils.cpu_count())
-        self.loader, _, self.sampler = data.build_loaders(
-            train_set, val_set, info, args, workers, device
-        )
-        model = project.models.build_model(
-            args.model, info.num_classes, info.channels, info.image_size
-        )
+        self.loader, _, self.sampler = data.build_loaders(train_set, val_set, info, args, device)
+        model = project.models.build_model(args.model, info)
         self.model = model.to(device)
         self.optimizer = project.optim.build_optimizer(model, args, device)
         self.scheduler = project.schedule.build_scheduler(self.optimizer, args, len(self.loader))
-        self.mean = torch.tensor(info.mean, device=device).view(1, -1, 1, 1) * 255
-        self.std = torch.tensor(info.std, device=device).view(1, -1, 1, 1) * 255
+        self.mean = torch.tensor(info.mean, device=device).view(1, -1, 1, 1)
+        self.std = torch.tensor(info.std, device=device).view(1, -1, 1, 1)
         self.label_smoothing = args.label_smoothing
 
     def epoch(self, epoch: int) -> float:

@@ -84,6 +84,8 @@ def render(dest: Path, **answers) -> Path:
                 ROOT / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__")
             )
     answers.setdefault("package_name", PACKAGE)
+    # The parts every project had up to v0.6.0, so that figures compare across releases.
+    answers.setdefault("extras", ["preemption", "device_data", "guard"])
     copier.run_copy(str(source), dest, data=answers, defaults=True, unsafe=True, quiet=True)
     shutil.rmtree(source)
     return dest

@@ -62,16 +62,15 @@ def measure(project: common.Project, flags: list[str], pin: bool) -> float:
     args = project.args(*flags)
     device = utils.pick_device(args.device)
     train_set, val_set, info = data.build_dataset(args)
-    workers = min(args.workers, utils.cpu_count())
-    loader, _, sampler = data.build_loaders(train_set, val_set, info, args, workers, device)
+    loader, _, sampler = data.build_loaders(train_set, val_set, info, args, device)
     if not pin and hasattr(loader, "pin_memory"):
         loader.pin_memory = False
-    batches = data.DeviceBatches(info, device, args.channels_last)
+    batches = data.DeviceBatches(loader, info, device, args.channels_last)
     for epoch in range(2):
         sampler.set_epoch(epoch)
         seen = 0
         start = time.perf_counter()
-        for _images, targets in batches(loader):
+        for _images, targets in batches:
             seen += targets.numel()
         if device.type == "cuda":
             torch.cuda.synchronize(device)  # the last batch has reached the device

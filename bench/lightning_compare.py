@@ -65,9 +65,9 @@ def lightning_run(project: common.Project, args) -> list[float]:
     device = utils.pick_device(args.device)
     utils.seed_everything(args.seed, args.deterministic)
     train_set, val_set, info = data.build_dataset(args)
-    loader, _, sampler = data.build_loaders(train_set, val_set, info, args, args.workers, device)
-    model = project.models.build_model(args.model, info.num_classes, info.channels, info.image_size)
-    batches = data.DeviceBatches(info, device, args.channels_last)
+    loader, _, sampler = data.build_loaders(train_set, val_set, info, args, device)
+    model = project.models.build_model(args.model, info)
+    batches = data.DeviceBatches(loader, info, device, args.channels_last)
     steps_per_epoch = len(loader)
 
     class Module(L.LightningModule):

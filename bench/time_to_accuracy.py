@@ -86,12 +86,10 @@ def naive(project: common.Project, flags: list[str], epochs: int) -> list[tuple[
     train_set.transform = val_set.transform  # no augmentation (None for the synthetic set)
     loader = DataLoader(train_set, batch_size=32, shuffle=True)
     val_loader = DataLoader(val_set, batch_size=256)
-    model = project.models.build_model(
-        args.model, info.num_classes, info.channels, info.image_size
-    ).to(device)
+    model = project.models.build_model(args.model, info).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    mean = torch.tensor(info.mean, device=device).view(1, -1, 1, 1) * 255
-    std = torch.tensor(info.std, device=device).view(1, -1, 1, 1) * 255
+    mean = torch.tensor(info.mean, device=device).view(1, -1, 1, 1)
+    std = torch.tensor(info.std, device=device).view(1, -1, 1, 1)
 
     history = []
     start = time.perf_counter()

@@ -624,6 +624,14 @@ MUTANTS = [
         ("tests/test_ddp.py", "-k", "non_finite_on_one_rank"),
     ),
     Mutant(
+        "more-epochs-stretch-the-schedule",
+        "resuming with more --epochs: the schedule goes on, or restarts, but never stretches",
+        TRAIN,
+        'schedule_args = argparse.Namespace(**{**vars(args), "epochs": progress.schedule_epochs})',
+        "schedule_args = args",
+        ("tests/test_schedules.py", "-k", "more_epochs"),
+    ),
+    Mutant(
         "renamed-answer-lost",
         "migrations: a renamed question keeps its answer",
         "hooks/migrate.py",

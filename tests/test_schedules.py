@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 
 import pytest
 import torch
@@ -331,3 +332,68 @@ def test_cycled_momentum_is_what_the_momentum_help_says(project, scheduler, top,
         help_text = next(a.help for a in parser._actions if "--momentum" in a.option_strings)
     assert max(momenta) == pytest.approx(top) and min(momenta) == pytest.approx(bottom, abs=1e-3)
     assert f"{top} to {bottom} and back" in help_text
+
+
+# 160 images in batches of 16: 10 optimizer steps an epoch; no warmup, so lr starts at 0.5.
+MORE = ["--synthetic-size", "160", "--batch-size", "16", "--workers", "0", "--model", "mlp"]
+MORE += ["--device", "cpu", "--lr", "0.5", "--log-interval", "1"]
+
+
+def lrs_by_step(project, out, *flags) -> list[float]:
+    """Train, logging the learning rate the schedule set after each optimizer step."""
+    with inside(project):
+        import train as project_train
+
+        lrs = []
+        real = project_train.optimizer_step
+
+        def logged(parts, args):
+            real(parts, args)
+            lrs.append(parts.optimizer.param_groups[0]["lr"])
+
+        project_train.optimizer_step = logged
+        project_train.main([*MORE, *flags, "--out-dir", str(out)])
+    return lrs
+
+
+def test_more_epochs_continue_the_schedule_or_restart_it(project, tmp_path):
+    """A finished 2-epoch cosine resumed with --epochs 4: by default it stays at its floor
+    (the cosine does not stretch, so the learning rate does not jump back up); with
+    --more-epochs restart a new cosine runs over the 2 epochs added, from the peak to the
+    floor again. A restart part-way through an epoch is refused in one line."""
+    proj = project("warmup_cosine")
+    flags = ["--warmup-steps", "0"]
+    first = lrs_by_step(proj, tmp_path / "a", *flags, "--epochs", "2")
+    assert first[-1] == pytest.approx(0.005)  # lr / 100
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    more = lrs_by_step(proj, tmp_path / "a", *flags, "--epochs", "4")
+    assert more == pytest.approx([0.005] * 20)
+    restarted = lrs_by_step(
+        proj, tmp_path / "b", *flags, "--epochs", "4", "--more-epochs", "restart"
+    )
+    assert restarted == pytest.approx(first)  # the same cosine, over the epochs added
+    assert len(restarted) == 20
+    state = torch.load(tmp_path / "b/last.pt", weights_only=True)
+    assert (state["progress"]["schedule_start"], state["progress"]["schedule_epochs"]) == (2, 2)
+    again = lrs_by_step(proj, tmp_path / "b", *flags, "--epochs", "5")  # goes on from there
+    assert again == pytest.approx([0.005] * 10)
+    state["progress"].update(batch=3)
+    torch.save(state, tmp_path / "part-way.pt")
+    refused = "part-way through epoch 5; finish it with --epochs 4 first"
+    with pytest.raises(Exception, match=refused) as error:
+        restart = ["--epochs", "6", "--more-epochs", "restart"]
+        lrs_by_step(proj, tmp_path / "c", "--resume", str(tmp_path / "part-way.pt"), *restart)
+    assert type(error.value).__name__ == "CheckpointError"  # train.py prints it in one line
+
+
+def test_1cycle_cannot_continue_past_its_end_and_restarts(project, tmp_path):
+    proj = project("onecycle")
+    first = lrs_by_step(proj, tmp_path / "a", "--epochs", "2")
+    with pytest.raises(Exception, match="1cycle cannot go on past its end at epoch 2: ") as error:
+        lrs_by_step(proj, tmp_path / "a", "--epochs", "3")
+    assert type(error.value).__name__ == "CheckpointError"
+    assert str(error.value).endswith(
+        "--more-epochs restart starts a new cycle over the epochs added"
+    )
+    restarted = lrs_by_step(proj, tmp_path / "a", "--epochs", "4", "--more-epochs", "restart")
+    assert restarted == pytest.approx(first)
