@@ -632,6 +632,14 @@ MUTANTS = [
         ("tests/test_schedules.py", "-k", "more_epochs"),
     ),
     Mutant(
+        "ddp-ema-keeps-each-process-batchnorm",
+        "DDP: evaluation with rank 0's BatchNorm statistics, as checkpoints hold them",
+        TRAIN,
+        "    broadcast_buffers(model)\n",
+        "",
+        ("tests/test_resume.py", "-k", "ddp_preempted"),
+    ),
+    Mutant(
         "renamed-answer-lost",
         "migrations: a renamed question keeps its answer",
         "hooks/migrate.py",
