@@ -32,7 +32,11 @@ BAD_FLAGS = {
     "negative workers": (["--workers", "-2"], "argument --workers: must be an integer >= 0"),
     "batch size 0": (["--batch-size", "0"], "argument --batch-size: must be an integer >= 1"),
     "unknown data set": (["--data", "imagenet22k"], "argument --data: invalid choice"),
-    "unknown model": (["--model", "resnet9000"], "argument --model: unknown model 'resnet9000'"),
+    "unknown model": (
+        ["--model", "resnet9000"],
+        "argument --model: unknown model 'resnet9000': use resnet_small, mlp or a torchvision "
+        "classifier; add your own to MODELS in models.py",
+    ),
     "missing checkpoint": (["--resume", "nowhere.pt"], "argument --resume: nowhere.pt is not"),
     "unknown device": (["--device", "tpu7"], "argument --device: unknown device 'tpu7'"),
     "label smoothing 1": (["--label-smoothing", "1"], "argument --label-smoothing: must be"),
