@@ -2,9 +2,10 @@
 
     python bench/overhead_breakdown.py [--quick] [--repeats N]
 
-An experiment, not a change to the template: the default project is rendered, and copies
-of its train.py are written next to it with one piece of per-step machinery taken out of
-train_one_epoch each (the lines become `pass`, or `if True:` for a `with` block). Each
+An experiment, not a change to the template: the default project is rendered (with the
+extras guard and device_data), and copies of its train.py are written next to it with one
+piece of per-step machinery taken out of the training step each (the lines become `pass`,
+or `if True:` for a `with` block). Each
 copy trains the tiny MLP (8x8 images, data on device, batch 128, CPU, 0 workers) in this
 process, side by side with the bare loop of bench/bare_loop.py: one epoch of each in turn
 (bare_loop.paired_epochs), the first epoch left out as warm-up. Each row is the median over
@@ -14,10 +15,10 @@ bare loop measured next to each of them, not through absolute times taken minute
 Pieces (each removed alone, then all together):
   guard     NonFiniteGuard: start_window / before_step / after_step (copies of the
             weights and buffers, masked gradients, a torch.where per tensor)
-  autocast  the `with run["autocast"]():` block around the forward pass (a nullcontext
-            when amp resolves to off, as on a CPU)
-  nonfinite the per-step non-finite flag (two small kernels) and its list for the epoch's
-            sums (a constant flag made once stands in)
+  autocast  the `with autocast():` block around the forward pass (a nullcontext when amp
+            resolves to off, as on a CPU)
+  nonfinite the per-micro-batch non-finite flag (two small kernels, a maximum over the
+            window); a constant flag made once stands in
   meters    the per-step list of losses for the epoch's sums
 and, added rather than removed, the tqdm bar drawn as in a terminal (train.py turns it off
 when stderr is not a terminal, as in these benchmarks).
@@ -39,18 +40,13 @@ import common  # noqa: E402
 # piece: [(line as rendered, stripped; what replaces it, same indentation)]
 PIECES = {
     "guard": [
-        ('run["guard"].start_window()', "pass"),
-        ('run["guard"].before_step(window_bad)', "pass"),
-        ('run["guard"].after_step(window_bad)', "pass"),
+        ("parts.guard.start_window()", "pass"),
+        ("parts.guard.before_step()", "pass"),
+        ("parts.guard.after_step()", "pass"),
     ],
-    "autocast": [('with run["autocast"]():  # autocast computes the loss in float32', "if True:")],
-    "nonfinite": [
-        ("bad = non_finite(loss)  # 1.0 for NaN or inf", "bad = window_bad = NO_BAD_STEP"),
-        ("window_bad = bad", "pass"),
-        ("window_bad = torch.maximum(window_bad, bad)", "pass"),
-        ('pending["bad"].append(window_bad)', "pass"),
-    ],
-    "meters": [('pending["losses"].append((loss, targets.numel()))', "pass")],
+    "autocast": [("with autocast():", "if True:")],
+    "nonfinite": [("parts.guard.add(loss)", "parts.guard.bad = NO_BAD_STEP")],
+    "meters": [("sums.add(loss)", "pass")],
 }
 LABELS = {
     "rendered": "rendered train.py as is",
@@ -65,10 +61,9 @@ LABELS = {
 
 
 def edited(source: str, pieces: list[str]) -> str | None:
-    """train.py with these pieces taken out of train_one_epoch; None if one is not found."""
+    """train.py with these pieces taken out of the training step; None if one is not found."""
     head, sep, rest = source.partition("\ndef train_one_epoch(")
-    body, sep2, tail = rest.partition("\ndef ")
-    lines = body.split("\n")
+    lines = rest.split("\n")  # train_one_epoch and the step functions after it
     for piece in pieces:
         found = False
         for old, new in PIECES[piece]:
@@ -79,7 +74,7 @@ def edited(source: str, pieces: list[str]) -> str | None:
         if not found:
             return None
     head += "\n\nNO_BAD_STEP = torch.zeros(())  # for the copy without the non-finite flag\n"
-    return head + sep + "\n".join(lines) + sep2 + tail
+    return head + sep + "\n".join(lines)
 
 
 def variant_module(project: common.Project, name: str, source: str, tqdm_on: bool = False):
