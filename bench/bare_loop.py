@@ -74,28 +74,27 @@ def paired_epochs(
     measured pairs (all but the first, a warm-up) start with the bare loop first.
 
     Returns (rendered samples/s, bare samples/s) per epoch, the first (warm-up) left out.
-    Each rendered epoch is one train_one_epoch call, timed from the call until the device
-    has finished; evaluation and checkpoints between epochs are outside both clocks."""
+    Each rendered epoch is one train_one_epoch run, with what fit does after each step,
+    timed from its start until the device has finished; evaluation and checkpoints between
+    epochs are outside both clocks."""
     module = module or project.train
     args = project.args(*flags)
     bare = BareLoop(project, args)
     inner = module.train_one_epoch
     pairs = []
 
-    def rendered_epoch(model, loader, *rest) -> float:
-        samples = len(loader) * args.batch_size
-        start = time.perf_counter()
-        inner(model, loader, *rest)
-        synchronize(bare.device)
-        return samples / (time.perf_counter() - start)
-
-    def train_one_epoch(model, loader, *rest) -> None:
+    def train_one_epoch(parts, batches, *rest):
+        """The rendered epoch (a generator: fit checkpoints or stops between its steps), timed
+        with what fit does at each step, beside one epoch of the bare loop."""
         epoch = len(pairs)
         if epoch % 2 == 1:
             b = bare.epoch(epoch)
-            r = rendered_epoch(model, loader, *rest)
-        else:
-            r = rendered_epoch(model, loader, *rest)
+        samples = len(batches) * args.batch_size
+        start = time.perf_counter()
+        yield from inner(parts, batches, *rest)
+        synchronize(bare.device)
+        r = samples / (time.perf_counter() - start)
+        if epoch % 2 == 0:
             b = bare.epoch(epoch)
         pairs.append((r, b))
 
