@@ -9,8 +9,11 @@ those the test checks that the message lists the allowed values.
 
 from __future__ import annotations
 
+import ast
 import keyword
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import copier
@@ -45,6 +48,31 @@ BAD_ANSWERS = {
     "package name uppercase": ({"package_name": "MyNet"}, "(got 'MyNet')"),
     "package name empty": ({"package_name": ""}, IDENTIFIER),
     "project name blank": ({"project_name": "   "}, "project_name must not be empty"),
+    "project name on two lines": (
+        {"project_name": "two\nlines"},
+        "project_name must be one line, without tabs or other control characters",
+    ),
+    "project name with a tab": ({"project_name": "a\tb"}, "project_name must be one line"),
+    "project name too long": (
+        {"project_name": "n" * 81},
+        "project_name must be at most 80 characters (got 81)",
+    ),
+    "description on two lines": (
+        {"description": "one\r\ntwo"},
+        "description must be one line, without tabs or other control characters",
+    ),
+    "description too long": (
+        {"description": "d " * 151},
+        "description must be at most 300 characters (got 302)",
+    ),
+    "package name too long": (
+        {"package_name": "p" * 41},
+        "package_name must be at most 40 characters (got 41)",
+    ),
+    "package name __future__": ({"package_name": "__future__"}, RESERVED),
+    "package name of a torch dependency": ({"package_name": "typing_extensions"}, RESERVED),
+    "package name of a test tool": ({"package_name": "pytest"}, RESERVED),
+    "package name pil (PIL on a case-blind file system)": ({"package_name": "pil"}, RESERVED),
     "workers negative": (
         {"workers": -1},
         "workers must be an integer >= 0 (got -1)",
@@ -220,3 +248,33 @@ def test_extras_are_recorded_and_rendered(template, tmp_path, extras):
 def test_the_default_extras_are_preemption_alone(template, tmp_path):
     dest = copy(template, tmp_path / "project")
     assert recorded_answers(dest)["extras"] == ["preemption"]
+
+
+# Text answers that Python or TOML would read as something else if pasted as they are.
+HOSTILE_TEXT = {
+    "windows path": r"C:\Users\xavier\new\bin",
+    "triple quotes": 'say """hello""" twice',
+    "closes the docstring": '"""; import os; os.system("echo pwned"); x = """',
+    "ends in a backslash": "ends in a backslash \\",
+    "both quotes": 'it\'s "quoted"',
+    "unicode": "Ünïcødé 中文 🚀",
+    "longest name": "n" * 80,
+    "longest description": "word " * 59 + "word",
+}
+
+
+@pytest.mark.parametrize("text", HOSTILE_TEXT.values(), ids=HOSTILE_TEXT.keys())
+def test_text_answers_render_as_typed_into_valid_python_and_toml(template, tmp_path, text):
+    tomllib = pytest.importorskip("tomllib", reason="reading TOML needs Python 3.11")
+    name = text[:80]
+    dest = copy(template, tmp_path / "p", package_name="proj", project_name=name, description=text)
+    lint = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", dest], text=True)
+    assert lint.returncode == 0
+    docstring = ast.get_docstring(ast.parse((dest / "train.py").read_text()))
+    title, _, rest = docstring.partition("\n\n")
+    assert title == f"Train {name}."
+    assert " ".join(rest.split("\n\n")[0].split()) == " ".join(text.split())
+    package = ast.get_docstring(ast.parse((dest / "proj/__init__.py").read_text()))
+    assert package.startswith(f"{name}.\n")
+    project = tomllib.loads((dest / "pyproject.toml").read_text())["project"]
+    assert project["description"] == text
