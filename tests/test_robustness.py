@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from tests.helpers import TINY_RUN, inside, render, run
+from tests.helpers import TINY_RUN, inside, read_metrics, render, run
 
 PY = sys.executable
 
@@ -413,3 +414,34 @@ def test_a_second_run_into_the_same_out_dir_is_refused(project, tmp_path):
     (out / ".last.pt.k2j4h.tmp").write_bytes(b"torn")
     run(PY, "train.py", *TINY_RUN, "--out-dir", out, cwd=project)
     assert sorted(p.name for p in out.iterdir()) == [".lock", "best.pt", "last.pt", "metrics.csv"]
+
+
+@pytest.mark.parametrize(
+    ("answers", "classes"),
+    [
+        ({"optimizer": "adamw"}, "AdamW and LambdaLR"),
+        ({"scheduler": "onecycle"}, "SGD and OneCycleLR"),
+    ],
+    ids=["another optimizer", "another schedule"],
+)
+def test_a_checkpoint_of_another_optimizer_or_schedule_is_refused(
+    template, project, checkpoint, tmp_path, answers, classes
+):
+    """What `copier update --data optimizer=...` leaves: last.pt of the old recipe. Resuming
+    it is refused in one line that offers --fresh and --init-weights; the weights then
+    carry over with --init-weights."""
+    other = render(template, tmp_path / "other", **answers)
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(checkpoint, out / "last.pt")
+    flags = [*TINY_RUN, "--epochs", "1", "--out-dir", out]  # the same command again
+    refused = run(PY, "train.py", *flags, cwd=other, check=False)
+    assert refused.returncode == 1
+    assert refused.stderr.strip().splitlines() == [
+        f"error: {out / 'last.pt'}: made with SGD and LambdaLR, where this project now has "
+        f"{classes}: start over with --fresh, or from its weights with --init-weights "
+        f"{out / 'last.pt'} --fresh"
+    ]
+    kept = run(PY, "train.py", *flags, "--init-weights", out / "last.pt", "--fresh", cwd=other)
+    assert "resumed" not in kept.stdout
+    assert len(read_metrics(out)) == 1
