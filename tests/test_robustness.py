@@ -445,3 +445,80 @@ def test_a_checkpoint_of_another_optimizer_or_schedule_is_refused(
     kept = run(PY, "train.py", *flags, "--init-weights", out / "last.pt", "--fresh", cwd=other)
     assert "resumed" not in kept.stdout
     assert len(read_metrics(out)) == 1
+
+
+def image_folder(root, broken: str | None = None):
+    """Two classes of small images in train/ and val/; `broken` names a file that is not an
+    image at all, put among the training images."""
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for label in ("a", "b"):
+            folder = root / split / label
+            folder.mkdir(parents=True)
+            for i in range(4):
+                Image.new("RGB", (12, 12), (60 * i, 0, 0)).save(folder / f"{i}.png")
+    if broken:
+        (root / "train" / "a" / broken).write_text("not an image\n")
+    return root
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_an_unreadable_image_is_one_line_naming_it(project, tmp_path, workers):
+    data = image_folder(tmp_path / "images", broken="9.png")
+    flags = ["--data", "imagefolder", "--data-dir", data, "--image-size", "8", "--batch-size", "1"]
+    flags += ["--workers", workers, "--epochs", "1", "--out-dir", tmp_path / "out"]
+    result = run(PY, "train.py", *flags, cwd=project, check=False)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "9.png" in lines[0], lines
+
+
+DISK_FULL = """
+import resource, runpy, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+sys.argv = ["train.py", *sys.argv[2:]]
+sys.path.insert(0, ".")
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(project, tmp_path):
+    """No file may grow past a size that metrics.csv fits in and a checkpoint does not, as on
+    a full disk: the save fails in one line naming the file, and the previous one stays."""
+    out = tmp_path / "out"
+    flags = [*TINY_RUN, "--model", "mlp", "--out-dir", out]
+    run(PY, "train.py", *flags, "--epochs", "1", cwd=project)
+    before = (out / "last.pt").read_bytes()
+    result = run(PY, "-c", DISK_FULL, 20_000, *flags, "--epochs", "2", cwd=project, check=False)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].endswith("; the last one stays"), lines
+    assert lines[0].startswith(
+        (f"error: {out / 'best.pt'}: cannot write (", f"error: {out / 'last.pt'}: cannot write (")
+    )
+    assert (out / "last.pt").read_bytes() == before
+    assert not list(out.glob(".*.tmp"))
+
+
+def test_download_without_a_network_is_one_line(project, tmp_path, monkeypatch):
+    import urllib.error
+
+    with inside(project):
+        import torchvision.datasets.cifar
+        from proj.data import DataError, build_dataset
+
+        def offline(*args, **kwargs):
+            raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+        monkeypatch.setattr(torchvision.datasets.cifar, "download_and_extract_archive", offline)
+        args = argparse.Namespace(data="cifar10", data_dir=str(tmp_path), download=True)
+        args.__dict__.update(image_size=None, hflip=None)
+        with pytest.raises(DataError) as error:
+            build_dataset(args)
+    assert str(error.value) == (
+        f"cifar10: cannot download into {tmp_path} "
+        "([Errno -3] Temporary failure in name resolution)"
+    )
