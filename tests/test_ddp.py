@@ -23,6 +23,7 @@ from tests.helpers import (
     ruff,
     run,
 )
+from tests.test_matrix import OTHER_ANSWERS, check_nothing_left_out
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 RUNNER = os.path.join(os.path.dirname(__file__), "ddp_runner.py")
@@ -37,14 +38,19 @@ def torchrun(project, *flags, check=True, **kwargs):
 @pytest.mark.slow
 @pytest.mark.parametrize("amp", AMPS)
 def test_every_combination_trains_on_two_processes(template, tmp_path, amp):
-    """amp x optimizer x scheduler with distributed=ddp: rendered, ruff clean, and trained by
+    """amp x optimizer x scheduler with distributed=ddp, the extras spread over them as in the
+    matrix: rendered with nothing of what the answers left out, ruff clean, and trained by
     two processes in one torchrun job (tests/ddp_runner.py runs each project's train.py)."""
     projects = []
     for optimizer in OPTIMIZERS:
         for scheduler in SCHEDULERS:
             dest = tmp_path / f"{optimizer}-{scheduler}"
-            answers = dict(amp=amp, optimizer=optimizer, scheduler=scheduler, epochs=1)
-            projects.append(render(template, dest, distributed="ddp", batch_size=8, **answers))
+            extras = OTHER_ANSWERS["extras"][len(projects) % len(OTHER_ANSWERS["extras"])]
+            answers = dict(amp=amp, optimizer=optimizer, scheduler=scheduler, extras=extras)
+            projects.append(
+                render(template, dest, distributed="ddp", batch_size=8, epochs=1, **answers)
+            )
+            check_nothing_left_out(projects[-1], {"distributed": "ddp", **answers})
     assert ruff("check", "--no-cache", *projects).returncode == 0
     assert ruff("format", "--check", "--no-cache", *projects).returncode == 0
 

@@ -65,7 +65,8 @@ def forbidden_words(answers: dict) -> list[str]:
     for extra in EXTRAS:
         if extra not in answers["extras"]:
             words += FORBIDDEN[("extras", extra)]
-    words += FORBIDDEN[("distributed", "single")]
+    if answers.get("distributed", "single") == "single":
+        words += FORBIDDEN[("distributed", "single")]
     return words + FORBIDDEN.get(("amp", answers["amp"]), [])
 
 
