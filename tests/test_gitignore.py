@@ -11,9 +11,9 @@ import pytest
 from tests.helpers import git, render, run
 
 # The folders the project uses for itself: refused as package names.
-PROJECT_FOLDERS = ("data", "runs", "build", "dist", "scripts", "tests", "__pycache__")
+PROJECT_FOLDERS = ("data", "runs", "build", "dist", "scripts", "tests")
 # Names near those, which are fine and must be committed whole.
-NEAR_NAMES = ("dataset", "my_data", "runs_v2", "distill", "_data", "datasets_")
+NEAR_NAMES = ("dataset", "my_data", "runs_v2", "distill", "data_", "datasets_")
 
 
 @pytest.mark.parametrize("name", PROJECT_FOLDERS)
@@ -24,7 +24,7 @@ def test_a_package_named_after_a_project_folder_is_refused(template, tmp_path, n
     message = str(refused.value)
     assert "Validation error for question 'package_name'" in message
     assert f"package_name '{name}' is a folder the project uses" in message
-    assert "data, runs, build, dist, scripts, tests, __pycache__" in message
+    assert "data, runs, build, dist, scripts, tests" in message
     assert not dest.exists() or not any(dest.iterdir())
 
 

@@ -29,8 +29,8 @@ RESERVED = "would shadow a Python keyword, a standard-library module or a depend
 BAD_ANSWERS = {
     "package name with a space": (
         {"package_name": "my net"},
-        f"package_name {IDENTIFIER}: letters a-z, digits and underscores, not starting with a "
-        "digit (got 'my net')",
+        f"package_name {IDENTIFIER}: letters a-z, digits and underscores, starting with a "
+        "letter (got 'my net')",
     ),
     "package name with a quote": ({"package_name": "my'net"}, f"{IDENTIFIER}"),
     "package name with a double quote": ({"package_name": 'my"net'}, f"{IDENTIFIER}"),
@@ -69,7 +69,8 @@ BAD_ANSWERS = {
         {"package_name": "p" * 41},
         "package_name must be at most 40 characters (got 41)",
     ),
-    "package name __future__": ({"package_name": "__future__"}, RESERVED),
+    "package name __future__": ({"package_name": "__future__"}, "starting with a letter"),
+    "package name _private": ({"package_name": "_ssl"}, "starting with a letter"),
     "package name of a torch dependency": ({"package_name": "typing_extensions"}, RESERVED),
     "package name of a test tool": ({"package_name": "pytest"}, RESERVED),
     "package name pil (PIL on a case-blind file system)": ({"package_name": "pil"}, RESERVED),
@@ -189,7 +190,7 @@ def test_default_package_name_comes_from_the_project_name(
 def test_good_answers_are_accepted(template, tmp_path):
     answers = {
         "project_name": "Edge Cases",
-        "package_name": "_edge_2",
+        "package_name": "edge_2_",
         "description": 'A "quoted" description',
         "amp": "fp16",
         "optimizer": "lamb",
@@ -208,9 +209,9 @@ def test_good_answers_are_accepted(template, tmp_path):
     recorded = recorded_answers(dest)
     for question, answer in answers.items():
         assert recorded[question] == answer, question
-    assert (dest / "_edge_2" / "lamb.py").is_file()
-    assert (dest / "_edge_2" / "ema.py").is_file()
-    assert not (dest / "_edge_2" / "finders.py").exists()
+    assert (dest / "edge_2_" / "lamb.py").is_file()
+    assert (dest / "edge_2_" / "ema.py").is_file()
+    assert not (dest / "edge_2_" / "finders.py").exists()
     train_py = (dest / "train.py").read_text()
     for flag_default in ("default=0,", "default=1,", "default=100.0,", "default=True,"):
         assert flag_default in train_py, flag_default
@@ -278,3 +279,46 @@ def test_text_answers_render_as_typed_into_valid_python_and_toml(template, tmp_p
     assert package.startswith(f"{name}.\n")
     project = tomllib.loads((dest / "pyproject.toml").read_text())["project"]
     assert project["description"] == text
+
+
+def top_level_modules(distribution: str, seen: set[str]) -> set[str]:
+    """The top-level modules of a distribution and of everything it requires (markers and
+    extras left out), as installed here."""
+    from importlib import metadata
+
+    key = distribution.lower().replace("_", "-")
+    if key in seen:
+        return set()
+    seen.add(key)
+    try:
+        dist = metadata.distribution(distribution)
+    except metadata.PackageNotFoundError:
+        return set()
+    names = set()
+    for path in dist.files or []:
+        top = path.parts[0]
+        if top.endswith((".dist-info", ".data")) or top in ("..", "bin"):
+            continue
+        names.add(top.removesuffix(".py").split(".")[0])
+    for requirement in dist.requires or []:
+        if "extra ==" not in requirement:
+            name = re.split(r"[ ;<>=!~\[(]", requirement, maxsplit=1)[0]
+            names |= top_level_modules(name, seen)
+    return names
+
+
+def test_reserved_names_cover_what_a_project_imports():
+    """Every name a package could take (a lowercase identifier) that the standard library or
+    the project's dependencies, with theirs, install as a top-level module here is refused:
+    the hand-kept list in copier.yml is checked against the real environment."""
+    questions = yaml.safe_load((Path(__file__).resolve().parents[1] / "copier.yml").read_text())
+    reserved = set(questions["reserved_package_names"]["default"].split())
+    seen: set[str] = set()
+    installed = set(sys.stdlib_module_names)
+    for distribution in ("torch", "torchvision", "tqdm", "tensorboard", "pytest", "ruff"):
+        installed |= top_level_modules(distribution, seen)
+    # Lowercased: on a file system blind to case, a package `pil` shadows `PIL`. Names that
+    # start with an underscore are refused as a class.
+    possible = {name.lower() for name in installed if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name)}
+    missing = sorted(possible - reserved)
+    assert not missing, f"add to reserved_package_names in copier.yml: {' '.join(missing)}"
