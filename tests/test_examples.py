@@ -20,6 +20,7 @@ def test_there_are_the_four_recipes():
         "imagenet-resnet50-ddp",
         "large-batch-lamb",
         "cpu-minimal",
+        "own-tensors",
     } <= names
 
 

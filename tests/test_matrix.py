@@ -28,6 +28,7 @@ OTHER_ANSWERS = {
         ["device_data"],
         ["preemption", "device_data", "guard"],
     ),
+    "data": ("images", "images", "tensors", "images", "tensors"),
     "workers": (0, 2, 1),
     "batch_size": (16, 24),
     "channels_last": (False, True),
@@ -44,6 +45,18 @@ FORBIDDEN = {
     ("extras", "preemption"): [r"SIG(TERM|USR1)", r"[Pp]reempt", r"requeue", r"save.every.minutes"],
     ("extras", "guard"): [r"[Gg]uard", r"max.bad.steps", r"nonfinite_steps", r"non_finite\b"],
     ("extras", "device_data"): [r"DeviceData", r"data.on.device", r"device_data"],
+    # Your own tensors: nothing of the image machinery.
+    ("data", "tensors"): [
+        r"torchvision\.",
+        r"[Cc][Ii][Ff][Aa][Rr]",
+        r"MNIST",
+        r"imagefolder",
+        r"channels.last",
+        r"hflip",
+        r"resnet",
+        r"SyntheticImages",
+        r"image.size",
+    ],
     # Every project here is a single process: nothing of DDP's processes and ranks.
     ("distributed", "single"): [
         r"\brank",
@@ -65,6 +78,7 @@ def forbidden_words(answers: dict) -> list[str]:
     for extra in EXTRAS:
         if extra not in answers["extras"]:
             words += FORBIDDEN[("extras", extra)]
+    words += FORBIDDEN.get(("data", answers.get("data", "images")), [])
     if answers.get("distributed", "single") == "single":
         words += FORBIDDEN[("distributed", "single")]
     return words + FORBIDDEN.get(("amp", answers["amp"]), [])
@@ -81,7 +95,11 @@ def check_nothing_left_out(project, answers: dict) -> None:
 
 
 def other_answers(index: int) -> dict:
-    return {name: values[index % len(values)] for name, values in OTHER_ANSWERS.items()}
+    answers = {name: values[index % len(values)] for name, values in OTHER_ANSWERS.items()}
+    if answers["data"] == "tensors":  # device_data keeps image sets on the GPU: images only
+        answers["extras"] = [extra for extra in answers["extras"] if extra != "device_data"]
+        del answers["channels_last"]  # asked for images only
+    return answers
 
 
 def check_rendered(project) -> None:
@@ -112,7 +130,9 @@ def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
     assert ("autocast" in train_py) == (amp != "off")
 
     # Flags left out take the answers' defaults; --amp is forced on so the CPU runs it too.
-    flags = ["--synthetic-size", "48", "--image-size", "8"]
+    flags = ["--synthetic-size", "48"]
+    if answers["data"] == "images":
+        flags += ["--image-size", "8"]
     if COMBINATIONS.index((amp, optimizer, scheduler)) < len(OTHER_ANSWERS["workers"]):
         if "device_data" in answers["extras"]:
             flags += ["--data-on-device", "off"]  # the loader and its workers, as answered

@@ -65,6 +65,10 @@ BAD_ANSWERS = {
         {"description": "d " * 151},
         "description must be at most 300 characters (got 302)",
     ),
+    "device_data without images": (
+        {"extras": ["device_data"], "data": "tensors"},
+        "the extra device_data keeps image sets on the GPU and needs data: images",
+    ),
     "package name too long": (
         {"package_name": "p" * 41},
         "package_name must be at most 40 characters (got 41)",
@@ -100,6 +104,7 @@ BAD_ANSWERS = {
 }
 
 CHOICES = {
+    "data": ("images", "tensors"),
     "amp": AMPS,
     "optimizer": OPTIMIZERS,
     "scheduler": SCHEDULERS,
