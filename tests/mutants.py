@@ -323,7 +323,7 @@ MUTANTS = [
     Mutant(
         "bias-before-batchnorm",
         "no bias before BatchNorm",
-        f"{PKG}/models.py",
+        f"{PKG}/models.py.jinja",
         "self.conv1 = nn.Conv2d(in_planes, planes, 3, stride, 1, bias=False)",
         "self.conv1 = nn.Conv2d(in_planes, planes, 3, stride, 1, bias=True)",
         ("tests/test_rendered_suite.py",),
