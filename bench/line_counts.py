@@ -1,7 +1,8 @@
 """Lines of Python outside tests/ in rendered projects, counted as `wc -l` counts them (blank
 lines and comments included), for four answer sets: the smallest recipe (with images, and
-with your own tensors), the defaults, and everything chosen. Prints a markdown section (make bench puts it in bench/RESULTS.md); the
-test suite holds the same figures to their ceilings (tests/test_line_budgets.py).
+with your own tensors), the defaults, and everything chosen. Prints a markdown section
+(make bench puts it in bench/RESULTS.md); the test suite holds the same figures to their
+ceilings (tests/test_line_budgets.py).
 
     python bench/line_counts.py
 """
