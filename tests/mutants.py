@@ -640,6 +640,14 @@ MUTANTS = [
         ("tests/test_resume.py", "-k", "ddp_preempted"),
     ),
     Mutant(
+        "tensor-projects-import-torchvision",
+        "data: tensors leaves the image machinery out",
+        DATA,
+        "{%- if images %}\nfrom torchvision import transforms\n{%- endif %}",
+        "\nfrom torchvision import transforms",
+        ("tests/test_matrix.py", "-k", "off-sgd-cyclic or off-sgd-step"),
+    ),
+    Mutant(
         "renamed-answer-lost",
         "migrations: a renamed question keeps its answer",
         "hooks/migrate.py",

@@ -47,7 +47,7 @@ FORBIDDEN = {
     ("extras", "device_data"): [r"DeviceData", r"data.on.device", r"device_data"],
     # Your own tensors: nothing of the image machinery.
     ("data", "tensors"): [
-        r"torchvision\.",
+        r"torchvision",
         r"[Cc][Ii][Ff][Aa][Rr]",
         r"MNIST",
         r"imagefolder",
