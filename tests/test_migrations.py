@@ -191,7 +191,7 @@ def as_v0_6_0(repo):
         (computed_ema, ""),
         ("\"{{ 'finders' in extras }}\"", '"{{ true }}"'),
         ("\"{{ 'preemption' in extras }}\"", '"{{ true }}"'),
-        ("\"{{ 'device_data' in extras }}\"", '"{{ true }}"'),
+        ("\"{{ 'device_data' in extras and data == 'images' }}\"", '"{{ true }}"'),
         ("\"{{ 'guard' in extras }}\"", '"{{ true }}"'),
         ("\"{{ 'tensorboard' in extras }}\"", "\"{{ logger == 'tensorboard' }}\""),
     ):

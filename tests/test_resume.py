@@ -44,12 +44,15 @@ def tensors_equal(a, b, path="") -> None:
         assert a == b, f"{path}: {a!r} != {b!r}"
 
 
-def same_training(done, resumed) -> None:
+def same_training(done, resumed, differ: tuple[str, ...] = ()) -> None:
+    """The two checkpoints hold the same training, bit for bit; `differ` names fields of
+    `progress` allowed to differ (elapsed_s, wall-clock time, always)."""
     a = torch.load(done, weights_only=True)
     b = torch.load(resumed, weights_only=True)
     assert a.keys() == b.keys()
     for state in (a, b):
-        del state["progress"]["elapsed_s"]  # wall-clock time
+        for name in ("elapsed_s", *differ):
+            del state["progress"][name]
     for part in ("model", "optimizer", "scheduler", "ema", "guard", "progress", "sums"):
         if part in a:  # "ema" and "guard" only with their extras
             tensors_equal(a[part], b[part], part)

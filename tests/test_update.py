@@ -40,7 +40,7 @@ def template_repo(tmp_path_factory):
         'default=20, help="steps between host syncs"',
     )
     train.write_text(text)
-    models = repo / "template/{{package_name}}/models.py"
+    models = repo / "template/{{package_name}}/models.py.jinja"
     models.write_text(
         models.read_text().replace(
             '"""Flatten, one hidden layer:',
