@@ -648,6 +648,14 @@ MUTANTS = [
         ("tests/test_matrix.py", "-k", "off-sgd-cyclic or off-sgd-step"),
     ),
     Mutant(
+        "save-every-ignored",
+        "--save-every checkpoints part-way through an epoch",
+        TRAIN,
+        "            if action or (args.save_every and progress.step % args.save_every == 0):",
+        "            if action:",
+        ("tests/test_resume.py", "-k", "torchrun_restarts"),
+    ),
+    Mutant(
         "renamed-answer-lost",
         "migrations: a renamed question keeps its answer",
         "hooks/migrate.py",
