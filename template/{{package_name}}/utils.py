@@ -24,7 +24,8 @@ def int_at_least(low: int, at_most: int | None = None):
 
 
 def float_in(low: float, high: float = math.inf, *, low_open=False, high_open=False):
-    """A flag type: a finite number in [low, high]; low_open and high_open leave out an end."""
+    """A flag type: a number in [low, high] that is finite as a float32, which is what the
+    model and the optimizer compute in; low_open and high_open leave out an end."""
     return _bounded(float, "a number", low, high, low_open, high_open)
 
 
@@ -38,7 +39,7 @@ def _bounded(kind: type, noun: str, low, high, low_open=False, high_open=False):
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"must be {noun} {bounds}, got {text!r}") from None
-        if not math.isfinite(value):
+        if not abs(value) <= torch.finfo(torch.float32).max:  # inf, NaN, or so as a float32
             raise argparse.ArgumentTypeError(f"must be a finite number {bounds}, got {text!r}")
         too_high = value >= high if high_open else value > high
         if (value <= low if low_open else value < low) or too_high:
@@ -46,6 +47,22 @@ def _bounded(kind: type, noun: str, low, high, low_open=False, high_open=False):
         return value
 
     return parse
+
+
+def device_name(text: str) -> str:
+    """A flag type: auto, cpu, cuda, cuda:N or mps; cuda only where there is CUDA."""
+    if text != "auto" and text.split(":")[0] not in ("cpu", "cuda", "mps"):
+        raise argparse.ArgumentTypeError(f"unknown device {text!r}: use auto, cpu, cuda[:N]")
+    if text.startswith("cuda") and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError("CUDA is not available on this machine")
+    return text
+
+
+def existing_file(text: str) -> Path:
+    """A flag type: the path of a file that exists."""
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a file")
+    return Path(text)
 
 
 def cpu_count() -> int:
@@ -98,26 +115,35 @@ class Stopped(Exception):
 _held_out_dirs: list = []  # open lock files: closing one would release its lock
 
 
-def hold_out_dir(out_dir: Path) -> bool:
-    """Lock <out-dir>/.lock for as long as this process runs, and remove what a killed save
-    left behind; False if another process holds it (two runs would mix their checkpoints
-    and metrics). The system releases the lock when the process ends, however it ends."""
+def hold_out_dir(out_dir: Path) -> str | None:
+    """Make <out-dir>, lock <out-dir>/.lock for as long as this process runs, and remove what
+    a killed save left behind. Returns what is wrong instead when the folder cannot be written
+    or another process holds it (two runs would mix their checkpoints and metrics). The
+    system releases the lock when the process ends, however it ends."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        f = (out_dir / ".lock").open("a")
+    except OSError as error:
+        return f"cannot write to {out_dir} ({error.strerror or error})"
     try:
         import fcntl
     except ImportError:  # Windows: no lock
-        return True
-    f = (out_dir / ".lock").open("a")
+        return None
     try:
         # A POSIX record lock: another process is refused, this one may take it again.
         fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         f.close()
-        return False
+        return f"another run is using {out_dir}; wait or pick another"
     _held_out_dirs.append(f)
     for leftover in out_dir.glob(".*.pt.*.tmp"):  # from a save killed half-way
         leftover.unlink()
-    return True
+    return None
 
 
-class DataError(Exception):
-    """A problem with the data that the user can fix (a missing folder, say)."""
+class UserError(Exception):
+    """A problem the user can fix: train.py reports its message in one line, no traceback."""
+
+
+class DataError(UserError):
+    """A problem with the data (a missing folder, say)."""
