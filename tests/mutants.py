@@ -47,6 +47,7 @@ DEVICE_DATA = PKG + "/{% if device_data %}device_data.py{% endif %}.jinja"
 DISTRIBUTED = PKG + "/{% if ddp %}distributed.py{% endif %}.jinja"
 LAMB = PKG + "/{% if optimizer == 'lamb' %}lamb.py{% endif %}"
 LARS = PKG + "/{% if optimizer == 'lars' %}lars.py{% endif %}"
+SLURM = "template/{% if ddp %}scripts{% endif %}/slurm.sbatch.jinja"
 
 
 @dataclass(frozen=True)
@@ -654,6 +655,30 @@ MUTANTS = [
         "            if action or (args.save_every and progress.step % args.save_every == 0):",
         "            if action:",
         ("tests/test_resume.py", "-k", "torchrun_restarts"),
+    ),
+    Mutant(
+        "slurm-one-node-per-torchrun",
+        "SLURM: one torchrun per task meets the others at the rendezvous",
+        SLURM,
+        '--nnodes="$SLURM_NTASKS"',
+        '--nnodes="$SLURM_NNODES"',
+        ("tests/test_slurm.py", "-k", "preempted"),
+    ),
+    Mutant(
+        "slurm-preemption-kills-srun",
+        "SLURM: a preempted job checkpoints before it is requeued",
+        SLURM,
+        'scancel --signal=TERM "$SLURM_JOB_ID"',
+        'kill -TERM "$training"',
+        ("tests/test_slurm.py", "-k", "preempted"),
+    ),
+    Mutant(
+        "slurm-requeues-failures",
+        "SLURM: a failing rank fails the job instead of requeueing it",
+        SLURM,
+        '[ "$status" = 75 ]',
+        '[ "$status" != 0 ]',
+        ("tests/test_slurm.py", "-k", "failing"),
     ),
     Mutant(
         "renamed-answer-lost",

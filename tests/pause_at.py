@@ -53,9 +53,9 @@ def wait_for_a_stop_signal(marker: Path) -> None:
             signal.signal(sig, handler)
 
 
-def main() -> None:
-    steps, marker, script, *args = sys.argv[1:]
-    steps, marker = int(steps), Path(marker)
+def hold_before_step(steps: int, marker: Path) -> None:
+    """Hold this process before its optimizer step `steps` + 1 until a stop signal comes
+    (see above); under torchrun, not in a process it restarted."""
     if "RANK" in os.environ:
         marker = marker.with_name(f"{marker.name}.{os.environ['RANK']}")
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
@@ -68,6 +68,11 @@ def main() -> None:
             wait_for_a_stop_signal(marker)
 
     register_optimizer_step_pre_hook(before_step)
+
+
+def main() -> None:
+    steps, marker, script, *args = sys.argv[1:]
+    hold_before_step(int(steps), Path(marker))
     sys.argv = [script, *args]
     sys.path.insert(0, str(Path(script).resolve().parent))
     runpy.run_path(script, run_name="__main__")

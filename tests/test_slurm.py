@@ -1,0 +1,110 @@
+"""scripts/slurm.sbatch on a real SLURM: a single-node cluster (tests/slurm_cluster.py) that
+these tests start, installing Debian's packages where they are missing. The rendered script
+runs unchanged; what differs on a CPU-only cluster is given on the sbatch command line, as
+a user would give it. The training processes are held at a known step, or made to fail, by
+tests/slurm_site/sitecustomize.py, which the jobs import through PYTHONPATH.
+
+Each job is two srun tasks on the one node, standing in for two nodes: two torchruns that
+meet at the rendezvous the script sets up, one process each.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers import read_metrics, render
+from tests.slurm_cluster import Cluster, ensure_installed
+from tests.test_resume import same_training, without_speed
+
+pytestmark = pytest.mark.slow
+
+SITE = Path(__file__).with_name("slurm_site")
+# Two tasks on the one node, one CPU each; no GPUs on this cluster.
+SBATCH = ["--nodes=1", "--ntasks-per-node=2", "--cpus-per-task=1", "--gpus-per-node=0"]
+# 4 optimizer steps per epoch (64 images, 8 per process), 3 epochs; --log-interval 1: the
+# processes agree to stop at the next step, as scripts/slurm.sbatch advises for slow steps.
+FLAGS = ["--device", "cpu", "--deterministic", "--synthetic-size", "64", "--image-size", "8"]
+FLAGS += ["--workers", "0", "--batch-size", "8", "--epochs", "3", "--log-interval", "1"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    reason = ensure_installed()
+    if reason:
+        pytest.skip(f"no SLURM test cluster: {reason}")
+    with Cluster(tmp_path_factory.mktemp("slurm")) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def project(template, tmp_path_factory):
+    return render(
+        template, tmp_path_factory.mktemp("slurm-project") / "p", distributed="ddp", amp="off"
+    )
+
+
+def submit(cluster: Cluster, project: Path, out_dir: str, **env: str) -> int:
+    """sbatch scripts/slurm.sbatch with FLAGS, this Python's tools first on PATH."""
+    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env}
+    env["PYTHONPATH"] = str(SITE)
+    args = [*SBATCH, "scripts/slurm.sbatch", *FLAGS, "--out-dir", out_dir]
+    return cluster.sbatch(args, cwd=project, env=env)
+
+
+def output(project: Path, job: int) -> str:
+    return (project / f"slurm-{job}.out").read_text()
+
+
+def final_states(cluster: Cluster, job: int) -> list[str]:
+    """sacct's record of each run of the job (a requeued one has several)."""
+    fields = ["sacct", "-c", "-j", str(job), "-n", "-P", "-o", "State"]
+    return cluster.run(*fields).stdout.split()
+
+
+def test_a_job_trains_then_a_preempted_one_requeues_and_resumes_bit_identically(
+    cluster, project, tmp_path
+):
+    # An uninterrupted job: two srun tasks, two torchruns, one run of two processes.
+    whole = submit(cluster, project, "runs/whole")
+    assert cluster.wait(whole, timeout=300) == "COMPLETED", output(project, whole)[-3000:]
+    log = output(project, whole)
+    assert "2 x cpu" in log and "x 2 processes" in log, log[-3000:]
+    details = cluster.job(whole)
+    assert (details["NumNodes"], details["NumTasks"], details["Restarts"]) == ("1", "2", "0")
+    assert final_states(cluster, whole) == ["COMPLETED"]
+    assert [row["epoch"] for row in read_metrics(project / "runs/whole")] == [1, 2, 3]
+    assert (project / "runs/whole/best.pt").is_file()
+
+    # The same flags, held at step 6 and signalled there as SLURM does before a time limit
+    # (#SBATCH --signal=B:USR1@120: the batch script only).
+    marker = tmp_path / "held"
+    job = submit(cluster, project, "runs/preempted", HOLD_AT=f"5 {marker}")
+    deadline = time.monotonic() + 180
+    while not all(Path(f"{marker}.{rank}").exists() for rank in range(2)):
+        assert time.monotonic() < deadline, f"{cluster.state(job)}\n{cluster.logs()}"
+        time.sleep(0.2)
+    cluster.run("scancel", "--signal=USR1", "--batch", str(job))
+    assert cluster.wait(job, timeout=300) == "COMPLETED", output(project, job)[-3000:]
+    log = output(project, job)
+    assert "stopped at epoch 2, step 6" in log, log[-3000:]
+    assert "resumed from runs/preempted/last.pt: epoch 1, step 6" in log, log[-3000:]
+    assert cluster.job(job)["Restarts"] == "1"
+    assert final_states(cluster, job)[-1] == "COMPLETED"
+    out, reference = project / "runs/preempted", project / "runs/whole"
+    same_training(reference / "last.pt", out / "last.pt")
+    assert without_speed(read_metrics(out)) == without_speed(read_metrics(reference))
+
+
+def test_a_failing_rank_fails_the_job_without_requeueing_it(cluster, project):
+    job = submit(cluster, project, "runs/failing", FAIL_AT="5 1")
+    assert cluster.wait(job, timeout=300) == "FAILED", output(project, job)[-3000:]
+    assert "rank 1: failing on purpose at step 6" in output(project, job)
+    assert cluster.job(job)["Restarts"] == "0"
+    checkpoint = torch.load(project / "runs/failing/last.pt", weights_only=True)
+    assert checkpoint["progress"]["epoch"] == 1  # the end of epoch 1: nothing after it saved
