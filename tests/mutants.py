@@ -657,6 +657,22 @@ MUTANTS = [
         ("tests/test_resume.py", "-k", "torchrun_restarts"),
     ),
     Mutant(
+        "no-clipping-by-default",
+        "gradients clipped at norm 1 by default, against collapse",
+        TRAIN,
+        "default={{ 0.0 if optimizer in ['lamb', 'lars'] else 1.0 }}",
+        "default=0.0",
+        ("tests/test_training_step.py", "-k", "by_default"),
+    ),
+    Mutant(
+        "collapse-unnoticed",
+        "a run fallen back to chance says so on its epoch line",
+        TRAIN,
+        '    if gain < 20 or row["val_acc"] - chance > gain / 5:',
+        "    if True:",
+        ("tests/test_training_step.py", "-k", "chance"),
+    ),
+    Mutant(
         "slurm-one-node-per-torchrun",
         "SLURM: one torchrun per task meets the others at the rendezvous",
         SLURM,

@@ -136,3 +136,33 @@ def test_label_smoothing_is_in_the_training_loss_only(sgd_projects, tmp_path, mo
         assert not torch.isclose(loss.detach(), plain)
     for loss, _, plain in validation:
         torch.testing.assert_close(loss, plain)
+
+
+def test_gradients_are_clipped_at_norm_1_by_default(sgd_projects):
+    """A rare huge gradient (an outlier in the data) at the peak learning rate can kill every
+    unit of a layer for good: the defaults clip (bench/RESULTS.md, time to accuracy)."""
+    with inside(sgd_projects["off"]):
+        import train
+
+        assert train.get_args_parser().parse_args([]).clip_grad == 1.0
+
+
+def test_a_run_fallen_back_to_chance_says_so_on_its_epoch_line(sgd_projects):
+    with inside(sgd_projects["off"]):
+        import train
+
+        progress = train.Progress()
+        notes = [
+            train.collapse_note({"val_acc": acc}, progress, chance=10.0)
+            for acc in (12.0, 45.0, 69.8, 30.0, 10.2, 15.0, 8.9)
+        ]
+        assert [bool(note) for note in notes] == [False, False, False, False, True, True, True]
+        assert "COLLAPSED to chance, from 69.8" in notes[4]
+        assert progress.best_acc == 69.8  # saved with the checkpoint: a resumed run knows it
+        # Never well above chance (less than 20 points): no note.
+        low = train.Progress()
+        assert not any(
+            train.collapse_note({"val_acc": acc}, low, chance=50.0) for acc in (60, 68, 50)
+        )
+        # A metric_sums of your own without accuracy: nothing to say.
+        assert train.collapse_note({"val_loss": 1.0}, train.Progress(), chance=10.0) == ""
