@@ -657,6 +657,14 @@ MUTANTS = [
         ("tests/test_resume.py", "-k", "torchrun_restarts"),
     ),
     Mutant(
+        "synthetic-saturates",
+        "the built-in synthetic images do not saturate",
+        DATA,
+        "mix = 0.55 * torch.rand(length, 1, 1, 1, generator=gen)",
+        "mix = 0.0 * torch.rand(length, 1, 1, 1, generator=gen)",
+        ("tests/test_rendered_suite.py", "-k", "defaults"),
+    ),
+    Mutant(
         "no-clipping-by-default",
         "gradients clipped at norm 1 by default, against collapse",
         TRAIN,
