@@ -675,7 +675,7 @@ MUTANTS = [
     Mutant(
         "collapse-unnoticed",
         "a run fallen back to chance says so on its epoch line",
-        TRAIN,
+        PKG + "/logger.py.jinja",
         '    if gain < 20 or row["val_acc"] - chance > gain / 5:',
         "    if True:",
         ("tests/test_training_step.py", "-k", "chance"),
