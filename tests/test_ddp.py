@@ -39,11 +39,14 @@ def torchrun(project, *flags, check=True, **kwargs):
 @pytest.mark.parametrize("amp", AMPS)
 def test_every_combination_trains_on_two_processes(template, tmp_path, amp):
     """amp x optimizer x scheduler with distributed=ddp, the extras spread over them as in the
-    matrix: rendered with nothing of what the answers left out, ruff clean, and trained by
-    two processes in one torchrun job (tests/ddp_runner.py runs each project's train.py)."""
-    projects = []
-    for optimizer in OPTIMIZERS:
-        for scheduler in SCHEDULERS:
+    matrix: every combination rendered with nothing of what the answers left out and ruff
+    clean. A third of them train, by two processes in one torchrun job (tests/ddp_runner.py
+    runs each project's train.py): over the three amp values, every optimizer-schedule pair
+    trains once, and each amp trains every optimizer twice and every schedule three times
+    (the single-process matrix trains all of them)."""
+    projects, trained = [], []
+    for o, optimizer in enumerate(OPTIMIZERS):
+        for s, scheduler in enumerate(SCHEDULERS):
             dest = tmp_path / f"{optimizer}-{scheduler}"
             extras = OTHER_ANSWERS["extras"][len(projects) % len(OTHER_ANSWERS["extras"])]
             answers = dict(amp=amp, optimizer=optimizer, scheduler=scheduler, extras=extras)
@@ -51,15 +54,18 @@ def test_every_combination_trains_on_two_processes(template, tmp_path, amp):
                 render(template, dest, distributed="ddp", batch_size=8, epochs=1, **answers)
             )
             check_nothing_left_out(projects[-1], {"distributed": "ddp", **answers})
+            if (o + s) % len(AMPS) == AMPS.index(amp):
+                trained.append(projects[-1])
     assert ruff("check", "--no-cache", *projects).returncode == 0
     assert ruff("format", "--check", "--no-cache", *projects).returncode == 0
 
     results = tmp_path / "results.tsv"
     flags = QUICK + ([] if amp == "off" else ["--amp", amp])
-    run(*TORCHRUN, RUNNER, results, *projects, "--", *flags, timeout=900)
+    run(*TORCHRUN, RUNNER, results, *trained, "--", *flags, timeout=900)
     outcomes = dict(line.split("\t") for line in results.read_text().splitlines())
-    assert outcomes == {str(p): "ok" for p in projects}
-    for project in projects:
+    assert outcomes == {str(p): "ok" for p in trained}
+    assert len(trained) == len(OPTIMIZERS) * len(SCHEDULERS) // len(AMPS)
+    for project in trained:
         rows = read_metrics(project / "runs/ddp")
         assert len(rows) == 1 and math.isfinite(rows[0]["train_loss"]), project
 
@@ -278,7 +284,12 @@ def test_evaluation_counts_every_sample_once(ddp_project, single_project, tmp_pa
     ).stdout.splitlines()[-1]
     ddp = torchrun(ddp_project, *flags, "--eval-only", "--out-dir", tmp_path).stdout
     ddp_line = [line for line in ddp.splitlines() if line.startswith("val_loss")]
-    assert ddp_line == [single], (ddp_line, single)
+    assert len(ddp_line) == 1, ddp
+    # The same samples, each counted once: the same accuracy, and the same loss up to the
+    # rounding of float32 sums taken over other batches.
+    (ddp_loss, ddp_acc), (loss, acc) = (line.split()[1::2] for line in (ddp_line[0], single))
+    assert ddp_acc == acc, (ddp_line, single)
+    assert float(ddp_loss) == pytest.approx(float(loss), rel=1e-5), (ddp_line, single)
 
 
 def worker_pids(parent: int) -> dict[int, int]:
