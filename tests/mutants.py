@@ -673,6 +673,14 @@ MUTANTS = [
         ("tests/test_training_step.py", "-k", "by_default"),
     ),
     Mutant(
+        "imports-past-100-columns",
+        "imports written as ruff format writes them: one line only where it fits",
+        TRAIN,
+        '{%- if line | length <= 100 -%}',
+        '{%- if line | length <= 140 -%}',
+        ("tests/test_matrix.py", "-k", "off-sgd-warmup_cosine"),
+    ),
+    Mutant(
         "collapse-unnoticed",
         "a run fallen back to chance says so on its epoch line",
         PKG + "/logger.py.jinja",
