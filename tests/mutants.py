@@ -673,11 +673,11 @@ MUTANTS = [
         ("tests/test_training_step.py", "-k", "by_default"),
     ),
     Mutant(
-        "imports-past-100-columns",
-        "imports written as ruff format writes them: one line only where it fits",
+        "imports-split-without-trailing-comma",
+        "imports written as ruff format writes them: one name a line, each with its comma",
         TRAIN,
-        '{%- if line | length <= 100 -%}',
-        '{%- if line | length <= 140 -%}',
+        "    {{ name }},\n",
+        "    {{ name }}\n",
         ("tests/test_matrix.py", "-k", "off-sgd-warmup_cosine"),
     ),
     Mutant(
