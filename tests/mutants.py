@@ -41,6 +41,7 @@ SCHEDULE = f"{PKG}/schedule.py.jinja"
 FINDERS = PKG + "/{% if finders %}finders.py{% endif %}.jinja"
 OPTIM = f"{PKG}/optim.py.jinja"
 CHECKPOINT = f"{PKG}/checkpoint.py.jinja"
+LOGGER = f"{PKG}/logger.py.jinja"
 GUARD = PKG + "/{% if guard %}guard.py{% endif %}.jinja"
 PREEMPTION = PKG + "/{% if preemption %}preemption.py{% endif %}.jinja"
 DEVICE_DATA = PKG + "/{% if device_data %}device_data.py{% endif %}.jinja"
@@ -313,12 +314,36 @@ MUTANTS = [
         ("tests/test_matrix.py", "-k", "off-sgd"),
     ),
     Mutant(
-        "metrics-csv-forgets-earlier-epochs",
-        "metrics.csv keeps every epoch across resumes",
-        f"{PKG}/logger.py.jinja",
-        'kept = [r for r in csv.DictReader(f) if int(r["epoch"]) < row["epoch"]]',
-        "kept = []",
-        ("tests/test_rendered_suite.py", "-k", "defaults"),
+        "metrics-history-not-checkpointed",
+        "metrics.csv keeps every epoch across resumes: the checkpoints hold its rows",
+        LOGGER,
+        "        self.history.append(row)",
+        "        self.history = [*self.history, row]",
+        ("tests/test_metrics_history.py", "-k", "damaged"),
+    ),
+    Mutant(
+        "metrics-csv-written-in-place",
+        "metrics.csv is replaced whole: a kill while it is written leaves the old one",
+        LOGGER,
+        "write_atomically(self.path, lambda f: f.write(self.csv()))",
+        "self.path.write_bytes(self.csv())",
+        ("tests/test_metrics_history.py", "-k", "replaced_whole"),
+    ),
+    Mutant(
+        "metrics-of-older-checkpoints-dropped",
+        "metrics.csv keeps its rows when resumed from a checkpoint without history",
+        LOGGER,
+        "            history += read_rows(self.path, epoch)",
+        "            pass",
+        ("tests/test_metrics_history.py", "-k", "older"),
+    ),
+    Mutant(
+        "run-files-not-flushed",
+        "atomic writes reach the disk before the rename",
+        UTILS,
+        "            os.fsync(f.fileno())\n",
+        "",
+        ("tests/test_metrics_history.py", "-k", "replaced_whole"),
     ),
     # Models and seeding
     Mutant(
@@ -424,7 +449,7 @@ MUTANTS = [
     Mutant(
         "checkpoint-written-in-place",
         "atomic checkpoint writes",
-        CHECKPOINT,
+        UTILS,
         'fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)',
         "fd, tmp = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), str(path)",
         ("tests/test_robustness.py", "-k", "kill_9_during"),
@@ -683,7 +708,7 @@ MUTANTS = [
     Mutant(
         "collapse-unnoticed",
         "a run fallen back to chance says so on its epoch line",
-        PKG + "/logger.py.jinja",
+        LOGGER,
         '    if gain < 20 or row["val_acc"] - chance > gain / 5:',
         "    if True:",
         ("tests/test_training_step.py", "-k", "chance"),

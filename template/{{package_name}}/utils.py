@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import random
+import tempfile
 from pathlib import Path
 
 import torch
@@ -104,6 +105,29 @@ def all_finite(module: torch.nn.Module) -> bool:
     return bool(torch.stack([t.isfinite().all() for t in tensors]).all())
 
 
+def write_atomically(path: Path, write) -> None:
+    """Write `path` through `write(f)`, f a binary file, so that a crash or `kill -9` at any
+    moment leaves the old file or the new one, never a torn one: a temporary file beside it,
+    flushed to the disk, takes its place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    if hasattr(os, "O_DIRECTORY"):  # make the rename itself durable
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
 class Stopped(Exception):
     """Training stopped early on purpose; the message says why, exit_code how."""
 
@@ -136,7 +160,7 @@ def hold_out_dir(out_dir: Path) -> str | None:
         f.close()
         return f"another run is using {out_dir}; wait or pick another"
     _held_out_dirs.append(f)
-    for leftover in out_dir.glob(".*.pt.*.tmp"):  # from a save killed half-way
+    for leftover in out_dir.glob(".*.tmp"):  # from a save killed half-way
         leftover.unlink()
     return None
 

@@ -1,0 +1,155 @@
+"""metrics.csv never loses a run's history: it is written whole and atomically, the
+checkpoints keep its rows, and a resumed run writes it again when it is missing, torn or
+edited. A file that cannot be read where it is needed is one line before any training."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from tests.helpers import TINY_RUN, read_metrics, render, train
+
+RUN = [*TINY_RUN, "--model", "mlp", "--deterministic"]
+
+
+@pytest.fixture(scope="module")
+def project(template, tmp_path_factory):
+    return render(template, tmp_path_factory.mktemp("history") / "p")
+
+
+@pytest.fixture(scope="module")
+def two_epochs(project):
+    """A run of two epochs: its out-dir, and metrics.csv's text."""
+    rows = train(project, *RUN)
+    assert [row["epoch"] for row in rows] == [1, 2]
+    out = project / "runs/test"
+    return out, (out / "metrics.csv").read_text()
+
+
+def resumed(project, two_epochs, tmp_path, change) -> list[dict]:
+    """The rows after a resume to a third epoch, from a copy of the run whose metrics.csv
+    `change` (a function of its path) has damaged."""
+    out = tmp_path / "out"
+    shutil.copytree(two_epochs[0], out)
+    change(out / "metrics.csv")
+    train(project, *RUN, "--epochs", "3", "--out-dir", str(out))
+    return read_metrics(out)
+
+
+DAMAGE = {
+    "missing": lambda path: path.unlink(),
+    "empty": lambda path: path.write_text(""),  # as a kill while it was rewritten in place
+    "torn": lambda path: path.write_text(path.read_text()[:100]),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE.values(), ids=DAMAGE.keys())
+def test_a_damaged_metrics_file_is_written_again_from_the_checkpoint(
+    project, two_epochs, tmp_path, damage
+):
+    before = read_metrics(two_epochs[0])
+    rows = resumed(project, two_epochs, tmp_path, damage)
+    assert rows[:2] == before  # the same numbers, to the last digit
+    assert [row["epoch"] for row in rows] == [1, 2, 3]
+
+
+def test_an_edited_metrics_file_is_kept_aside_and_written_again(
+    project, two_epochs, tmp_path, capsys
+):
+    edited = two_epochs[1].replace("\n2,", "\n2,0.5,", 1)  # a value typed into row 2
+
+    def edit(path):
+        path.write_text(edited)
+
+    rows = resumed(project, two_epochs, tmp_path, edit)
+    assert rows[:2] == read_metrics(two_epochs[0])
+    assert (tmp_path / "out/metrics.csv.bak").read_text() == edited
+    path = tmp_path / "out/metrics.csv"
+    assert f"{path} was not this run's history: kept as metrics.csv.bak" in capsys.readouterr().out
+
+
+def older_release(out) -> None:
+    """Make out/last.pt look as a release before the history was kept wrote it."""
+    state = torch.load(out / "last.pt", weights_only=True)
+    del state["progress"]["history"]
+    torch.save(state, out / "last.pt")
+
+
+def test_an_older_checkpoint_keeps_the_rows_of_metrics_csv(project, two_epochs, tmp_path):
+    before = read_metrics(two_epochs[0])
+    rows = resumed(project, two_epochs, tmp_path, lambda path: older_release(path.parent))
+    assert rows[:2] == before and [row["epoch"] for row in rows] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "text,reason",
+    [
+        ("epoch,train_loss\n1,0.5\ntwo,0.4\n", "ValueError: could not convert string to float: 'two'"),
+        ("train_loss\n0.5\n", "KeyError: 'epoch'"),
+        (b"epoch\n\xff\xfe\n", "UnicodeDecodeError"),
+    ],
+    ids=["not a number", "no epoch", "not text"],
+)
+def test_an_unreadable_metrics_file_is_one_line_before_training(
+    project, two_epochs, tmp_path, text, reason
+):
+    """With a checkpoint that keeps no history the file is the only record of the epochs
+    before: one that cannot be read stops the run before it trains, naming the file."""
+    out = tmp_path / "out"
+    shutil.copytree(two_epochs[0], out)
+    older_release(out)
+    path = out / "metrics.csv"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    checkpoint = (out / "last.pt").read_bytes()
+    with pytest.raises(SystemExit) as stop:
+        train(project, *RUN, "--epochs", "3", "--out-dir", str(out))
+    message = str(stop.value.code)
+    assert message.startswith(f"error: {path}: cannot read it ({reason}")
+    assert message.endswith("move it away to go on without the rows of the epochs before")
+    assert "\n" not in message
+    assert (out / "last.pt").read_bytes() == checkpoint  # nothing trained, nothing saved
+    assert path.read_bytes() == (text if isinstance(text, bytes) else text.encode())
+
+
+def test_run_files_are_replaced_whole_after_reaching_the_disk(project, tmp_path, monkeypatch):
+    """A power cut or kill -9 must find each of metrics.csv, last.pt and best.pt whole: each
+    is written to a temporary file beside it, which is flushed to the disk (fsync) before it
+    takes the file's place (rename), and the folder is flushed after; none is ever opened
+    for writing in place."""
+    import builtins
+    import io
+
+    out = tmp_path / "out"
+    names = ("metrics.csv", "last.pt", "best.pt")
+    events = []
+    real_fsync, real_replace, real_open = os.fsync, os.replace, builtins.open
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        return real_fsync(fd)
+
+    def replace(src, dst):
+        events.append(("replace", str(src), str(dst)))
+        return real_replace(src, dst)
+
+    def opened(file, mode="r", *args, **kwargs):
+        if str(file).endswith(names) and any(c in mode for c in "wax+"):
+            events.append(("in place", str(file)))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(builtins, "open", opened)
+    monkeypatch.setattr(io, "open", opened)  # what Path.open calls
+    train(project, *RUN, "--out-dir", str(out))
+    assert not [e for e in events if e[0] == "in place"], events
+    written = [e for e in events if e[0] == "replace"]
+    assert sorted({os.path.basename(e[2]) for e in written}) == sorted(names)
+    for _, src, dst in written:
+        i = events.index(("replace", src, dst))
+        assert os.path.dirname(src) == str(out) and os.path.basename(src).startswith(".")
+        assert ("fsync", src) in events[:i], f"{dst} replaced by a file not flushed first"
+        assert events[i + 1] == ("fsync", str(out)), f"{dst}: the folder was not flushed"
