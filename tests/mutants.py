@@ -49,6 +49,7 @@ DISTRIBUTED = PKG + "/{% if ddp %}distributed.py{% endif %}.jinja"
 LAMB = PKG + "/{% if optimizer == 'lamb' %}lamb.py{% endif %}"
 LARS = PKG + "/{% if optimizer == 'lars' %}lars.py{% endif %}"
 SLURM = "template/{% if ddp %}scripts{% endif %}/slurm.sbatch.jinja"
+LAUNCH = "template/{% if ddp %}scripts{% endif %}/launch.sh.jinja"
 
 
 @dataclass(frozen=True)
@@ -714,11 +715,35 @@ MUTANTS = [
         ("tests/test_training_step.py", "-k", "chance"),
     ),
     Mutant(
+        "loader-workers-die-on-sigterm",
+        "preemption: a signal to the whole process group leaves the loader workers running",
+        DATA,
+        '    options["worker_init_fn"] = ignore_signals\n',
+        "",
+        ("tests/test_resume.py", "-k", "preemption_signal and SIGTERM and group"),
+    ),
+    Mutant(
+        "launch-sh-exits-0-when-preempted",
+        "preemption: scripts/launch.sh exits with 75 for a requeue",
+        LAUNCH,
+        'if [ "$status" = 0 ] && [ -s "$REQUEUE_FILE" ]; then',
+        "if false; then",
+        ("tests/test_resume.py", "-k", "launch_sh and script"),
+    ),
+    Mutant(
+        "torchrun-handles-preemption-signals",
+        "preemption: torchrun does not end the training processes on a signal for them",
+        LAUNCH,
+        "args+=(--signals-to-handle=SIGINT,SIGHUP,SIGQUIT)\n",
+        "",
+        ("tests/test_resume.py", "-k", "launch_sh and every"),
+    ),
+    Mutant(
         "slurm-one-node-per-torchrun",
         "SLURM: one torchrun per task meets the others at the rendezvous",
         SLURM,
-        '--nnodes="$SLURM_NTASKS"',
-        '--nnodes="$SLURM_NNODES"',
+        "export NNODES=$SLURM_NTASKS",
+        "export NNODES=$SLURM_NNODES",
         ("tests/test_slurm.py", "-k", "preempted"),
     ),
     Mutant(
@@ -733,8 +758,8 @@ MUTANTS = [
         "slurm-requeues-failures",
         "SLURM: a failing rank fails the job instead of requeueing it",
         SLURM,
-        '[ "$status" = 75 ]',
-        '[ "$status" != 0 ]',
+        'if [ -s "$REQUEUE_FILE" ]; then',
+        'if [ "$status" != 0 ]; then',
         ("tests/test_slurm.py", "-k", "failing"),
     ),
     Mutant(

@@ -21,6 +21,7 @@ from tests.helpers import WITH_EMA, inside, read_metrics, render, run
 
 PY = sys.executable
 PAUSE_AT = str(Path(__file__).with_name("pause_at.py"))
+SITE = Path(__file__).with_name("slurm_site")  # holds processes at a step, for launch.sh too
 TORCHRUN = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 REQUEUE_EXIT = 75
 # 10 optimizer steps per epoch, 2 epochs: room to interrupt anywhere.
@@ -71,22 +72,32 @@ def checkpoint_step(path) -> int:
         return -1
 
 
-def interrupt_at(cmd, cwd, steps: int, sig: int, markers: int = 1, timeout=180) -> int:
+def interrupt_at(
+    cmd, cwd, steps: int, sig: int, markers: int = 1, timeout=180, whom="process", clean=False
+) -> int:
     """Run `cmd` (train.py and its flags) under tests/pause_at.py, held before optimizer step
     `steps` + 1 of this process; send `sig` to it there (to torchrun, with `markers` = the
-    processes, which are all held) and return its exit status."""
+    processes, which are all held) and return its exit status. `whom`: "process", or
+    "group": the process group it leads, its loader workers too (a shell's job control).
+    `clean`: the run must end without a traceback."""
     marker = cwd / f".paused-{os.getpid()}-{time.monotonic_ns()}"
     names = [marker] if markers == 1 else [f"{marker}.{rank}" for rank in range(markers)]
     script = cmd.index("train.py")
     cmd = [*cmd[:script], PAUSE_AT, str(steps), str(marker), *cmd[script:]]
-    job = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    job = subprocess.Popen(
+        cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     deadline = time.monotonic() + timeout
     try:
         while not all(os.path.exists(name) for name in names):
             assert job.poll() is None, job.stdout.read().decode()[-3000:]
             assert time.monotonic() < deadline, "the run did not reach the step"
             time.sleep(0.05)
-        job.send_signal(sig)
+        if whom == "group":
+            assert len(descendants(job.pid)) >= 2  # the loader workers are there to signal
+            os.killpg(job.pid, sig)
+        else:
+            job.send_signal(sig)
         output = job.communicate(timeout=120)[0].decode()
     finally:
         if job.poll() is None:
@@ -94,6 +105,7 @@ def interrupt_at(cmd, cwd, steps: int, sig: int, markers: int = 1, timeout=180) 
         for name in names:
             Path(name).unlink(missing_ok=True)
     assert "pause_at:" not in output, output[-3000:]
+    assert not clean or "Traceback" not in output, output[-3000:]
     return job.returncode
 
 
@@ -141,19 +153,36 @@ def test_kill_9_anywhere_then_resume_is_bit_identical(project, tmp_path, loading
     assert without_speed(read_metrics(out)) == without_speed(read_metrics(tmp_path / "whole"))
 
 
+def descendants(pid: int) -> list[int]:
+    """The processes that `pid` started, and theirs."""
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(child) for child in (task / "children").read_text().split()]
+    return children + [grandchild for child in children for grandchild in descendants(child)]
+
+
 @pytest.mark.parametrize(
-    ("sig", "exit_code"),
-    [(signal.SIGTERM, REQUEUE_EXIT), (signal.SIGUSR1, REQUEUE_EXIT), (signal.SIGINT, 130)],
+    ("sig", "whom", "exit_code"),
+    [
+        (signal.SIGTERM, "process", REQUEUE_EXIT),
+        (signal.SIGTERM, "group", REQUEUE_EXIT),
+        (signal.SIGUSR1, "group", REQUEUE_EXIT),
+        (signal.SIGINT, "group", 130),
+    ],
+    ids=["SIGTERM process", "SIGTERM group", "SIGUSR1 group", "SIGINT group"],
 )
-def test_preemption_signal_checkpoints_and_exits_for_requeue(project, tmp_path, sig, exit_code):
-    """SLURM's and the cloud's stop signals, and Ctrl-C: the step under way finishes, is
-    saved, and the run exits with 75 (requeue me) or 130 (interrupted); the same command
-    then resumes to the end an unbroken run reaches."""
-    flags = [*RUN, "--workers", "0"]
+def test_preemption_signal_checkpoints_and_exits_for_requeue(
+    project, tmp_path, sig, whom, exit_code
+):
+    """SLURM's and the cloud's stop signals, and Ctrl-C, to the training process or to its
+    whole process group, loader workers included: the step under way finishes, is saved, and
+    the run exits with 75 (requeue me) or 130 (interrupted); the same command then resumes to
+    the end an unbroken run reaches."""
+    flags = [*RUN, "--workers", "2", "--data-on-device", "off"]
     run(PY, "train.py", *flags, "--out-dir", tmp_path / "whole", cwd=project)
     out = tmp_path / "preempted"
     cmd = [PY, "train.py", *flags, "--save-every", "5", "--out-dir", str(out)]
-    status = interrupt_at(cmd, project, 7, sig)  # the signal comes during step 8
+    status = interrupt_at(cmd, project, 7, sig, whom=whom, clean=True)  # during step 8
     assert status == exit_code
     assert checkpoint_step(out / "last.pt") == 8  # that step finished, then saved
     before = torch.load(out / "last.pt", weights_only=True)["progress"]["elapsed_s"]
@@ -183,6 +212,60 @@ def test_ddp_preempted_then_resumed_is_bit_identical(ddp_project, tmp_path):
     assert without_speed(read_metrics(out)) == without_speed(read_metrics(tmp_path / "whole"))
     # Stopped after the last step of epoch 1, the resumed run trained none of it.
     assert [math.isnan(row["samples_per_s"]) for row in read_metrics(out)] == [True, False]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sig", "whom"),
+    [("SIGTERM", "script"), ("SIGUSR1", "group"), ("SIGTERM", "every process")],
+)
+def test_launch_sh_passes_a_preemption_on_whoever_is_signalled(ddp_project, tmp_path, sig, whom):
+    """scripts/launch.sh with loader workers, signalled as a scheduler may do it: the script
+    alone (a batch shell), its process group (job control), or every process of the job
+    (torchrun, the training processes and their loader workers, as a job step is). The
+    training processes checkpoint at the signal, nothing prints a traceback, and the script
+    exits with 75; run again, it resumes and completes."""
+    out = tmp_path / "out"
+    flags = [*RUN, "--workers", "2", "--data-on-device", "off", "--out-dir", out]
+    marker = tmp_path / "held"
+    env = {**os.environ, "PATH": f"{Path(PY).parent}:{os.environ['PATH']}", "NPROC_PER_NODE": "2"}
+    env["PYTHONPATH"], env["HOLD_AT"] = str(SITE), f"4 {marker}"  # held before step 5
+    job = subprocess.Popen(
+        ["scripts/launch.sh", *map(str, flags)],
+        cwd=ddp_project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not all(Path(f"{marker}.{rank}").exists() for rank in range(2)):
+            assert job.poll() is None, job.stdout.read().decode()[-3000:]
+            assert time.monotonic() < deadline, "the run did not reach the step"
+            time.sleep(0.05)
+        everyone = [job.pid, *descendants(job.pid)]
+        assert len(everyone) >= 6  # the script, torchrun, 2 processes with a worker each (2 CPUs)
+        if whom == "script":
+            os.kill(job.pid, getattr(signal, sig))
+        elif whom == "group":
+            os.killpg(job.pid, getattr(signal, sig))
+        else:
+            for pid in everyone:
+                os.kill(pid, getattr(signal, sig))
+        output = job.communicate(timeout=150)[0].decode()
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == REQUEUE_EXIT, output[-3000:]
+    assert "Traceback" not in output and "FAILED" not in output, output[-3000:]
+    assert f"{sig}: stopped at epoch 1, step 5; checkpoint saved in {out}" in output
+    assert checkpoint_step(out / "last.pt") == 5
+    if whom == "every process":
+        env.pop("HOLD_AT")
+        resumed = run("scripts/launch.sh", *flags, cwd=ddp_project, env=env)
+        assert "resumed from" in resumed.stdout
+        assert [row["epoch"] for row in read_metrics(out)] == [1, 2]
 
 
 @pytest.mark.slow

@@ -49,11 +49,11 @@ def project(template, tmp_path_factory):
     )
 
 
-def submit(cluster: Cluster, project: Path, out_dir: str, **env: str) -> int:
-    """sbatch scripts/slurm.sbatch with FLAGS, this Python's tools first on PATH."""
+def submit(cluster: Cluster, project: Path, out_dir: str, *flags: str, **env: str) -> int:
+    """sbatch scripts/slurm.sbatch with FLAGS and `flags`, this Python's tools first on PATH."""
     env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env}
     env["PYTHONPATH"] = str(SITE)
-    args = [*SBATCH, "scripts/slurm.sbatch", *FLAGS, "--out-dir", out_dir]
+    args = [*SBATCH, "scripts/slurm.sbatch", *FLAGS, *flags, "--out-dir", out_dir]
     return cluster.sbatch(args, cwd=project, env=env)
 
 
@@ -99,6 +99,27 @@ def test_a_job_trains_then_a_preempted_one_requeues_and_resumes_bit_identically(
     out, reference = project / "runs/preempted", project / "runs/whole"
     same_training(reference / "last.pt", out / "last.pt")
     assert without_speed(read_metrics(out)) == without_speed(read_metrics(reference))
+
+
+def test_a_preemption_of_every_process_of_the_job_step_requeues_it(cluster, project, tmp_path):
+    """A preemption as SLURM delivers it to job steps: SIGTERM to every process of the steps
+    (scancel --signal=TERM without --batch: the batch script is not told), loader workers
+    included. The run checkpoints at the signal, the job is requeued and resumes to the end."""
+    marker = tmp_path / "held"
+    out = "runs/step-signalled"
+    job = submit(cluster, project, out, "--workers", "1", HOLD_AT=f"5 {marker}")
+    deadline = time.monotonic() + 180
+    while not all(Path(f"{marker}.{rank}").exists() for rank in range(2)):
+        assert time.monotonic() < deadline, f"{cluster.state(job)}\n{cluster.logs()}"
+        time.sleep(0.2)
+    cluster.run("scancel", "--signal=TERM", str(job))
+    assert cluster.wait(job, timeout=300) == "COMPLETED", output(project, job)[-3000:]
+    log = output(project, job)
+    assert "SIGTERM: stopped at epoch 2, step 6" in log, log[-3000:]
+    assert f"resumed from {out}/last.pt: epoch 1, step 6" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+    assert cluster.job(job)["Restarts"] == "1"
+    assert [row["epoch"] for row in read_metrics(project / out)] == [1, 2, 3]
 
 
 def test_a_failing_rank_fails_the_job_without_requeueing_it(cluster, project):
