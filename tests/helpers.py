@@ -73,8 +73,11 @@ def inside(project: Path):
 
 
 def train(project: Path, *flags: str) -> list[dict]:
-    """Run the project's train.py as a script in this process; return metrics.csv's rows."""
+    """Run the project's train.py as a script in this process; return metrics.csv's rows
+    (of --out-dir, runs/test unless the flags name another)."""
     out_dir = project / "runs" / "test"
+    if "--out-dir" in flags:
+        out_dir = Path(flags[flags.index("--out-dir") + 1])
     with inside(project):
         sys.argv = ["train.py", "--out-dir", str(out_dir), *flags]
         runpy.run_path("train.py", run_name="__main__")

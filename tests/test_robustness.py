@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from tests.helpers import TINY_RUN, inside, read_metrics, render, run
+from tests.helpers import TINY_RUN, inside, read_metrics, render, run, train
 
 PY = sys.executable
 
@@ -56,6 +56,15 @@ BAD_FLAGS = {
         "argument --lr: must be a finite number > 0",
     ),
     "label smoothing nan": (["--label-smoothing", "nan"], "argument --label-smoothing: must be a"),
+    "eval-only with fresh": (
+        ["--eval-only", "--fresh"],
+        "argument --eval-only: --fresh leaves nothing to evaluate; give --init-weights",
+    ),
+    "resume and init-weights": (
+        ["--resume", "train.py", "--init-weights", "train.py"],
+        "argument --init-weights: not allowed with --resume: give the weights to start from, "
+        "or the checkpoint of the run to go on with",
+    ),
     "eval-only without a checkpoint": (
         ["--eval-only", "--out-dir", "runs/never-trained"],
         "argument --eval-only: no checkpoint to evaluate: give --resume or --init-weights",
@@ -86,6 +95,38 @@ def test_bad_flag_is_one_line_before_any_data_is_loaded(project, capsys, flags, 
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
+
+
+def test_eval_only_evaluates_exactly_the_weights_it_names(project, tmp_path, capsys):
+    """Two runs whose weights differ; --eval-only in the first run's --out-dir reports the
+    metrics that the named run logged for its last epoch, and names that checkpoint."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    logged = {
+        a: train(project, *TINY_RUN, "--model", "mlp", "--epochs", "1", "--out-dir", str(a)),
+        b: train(project, *TINY_RUN, "--model", "mlp", "--seed", "1", "--out-dir", str(b)),
+    }
+    logged = {run: read_metrics(run)[-1] for run in logged}
+    assert logged[a]["val_loss"] != logged[b]["val_loss"]
+    cases = {
+        (): a,
+        ("--init-weights", b / "last.pt"): b,
+        ("--resume", b / "last.pt"): b,
+        ("--fresh", "--init-weights", b / "best.pt"): b,
+    }
+    for flags, weights in cases.items():
+        capsys.readouterr()
+        with inside(project):
+            import train as script
+
+            script.main(
+                [*TINY_RUN, "--model", "mlp", "--eval-only", "--out-dir", str(a), *map(str, flags)]
+            )
+        line = capsys.readouterr().out.strip().splitlines()[-1]
+        named = flags[-1] if flags else a / "last.pt"
+        assert line.endswith(f"  ({named})"), (flags, line)
+        loss, acc = map(float, line.split()[1:4:2])
+        assert loss == pytest.approx(logged[weights]["val_loss"], abs=1e-6), flags
+        assert acc == pytest.approx(logged[weights]["val_acc"], abs=1e-6), flags
 
 
 def test_missing_image_folder_is_one_line(project, tmp_path):
