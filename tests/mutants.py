@@ -552,6 +552,23 @@ MUTANTS = [
         ("tests/test_migrations.py", "-k", "extras"),
     ),
     Mutant(
+        "update-deletes-edited-files",
+        "update: a file the update removes keeps the user's edits (a renamed package, an "
+        "extra turned off)",
+        "hooks/migrate.py",
+        "if release.is_file() and release.read_bytes() == yours:",
+        "if release.is_file():",
+        ("tests/test_update.py", "-k", "renamed or drops"),
+    ),
+    Mutant(
+        "rename-keeps-imports-of-the-old-package",
+        "update: a renamed package's imports follow it",
+        "hooks/migrate.py",
+        'if path.suffix == ".py" and rewrite_imports(text, old, new) != text:',
+        "if False:",
+        ("tests/test_update.py", "-k", "renamed_package_takes"),
+    ),
+    Mutant(
         "finders-rendered-when-left-out",
         "an extra left out leaves no trace",
         TRAIN,
