@@ -569,6 +569,14 @@ MUTANTS = [
         ("tests/test_update.py", "-k", "renamed_package_takes"),
     ),
     Mutant(
+        "interrupted-update-left-half-done",
+        "update: an interrupted update puts the project back at its last commit",
+        "hooks/guard_update.py",
+        'if not is_running(note["copier"]):\n            break',
+        'if not is_running(note["copier"]):\n            return 0',
+        ("tests/test_update.py", "-k", "interrupted"),
+    ),
+    Mutant(
         "finders-rendered-when-left-out",
         "an extra left out leaves no trace",
         TRAIN,

@@ -6,9 +6,13 @@ committed, edited the way users edit, and updated to the second."""
 
 from __future__ import annotations
 
+import os
 import runpy
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +22,7 @@ from tests.helpers import (
     GIT_ENV,
     assert_no_conflicts,
     commit_all,
+    git,
     inside,
     render_release,
     run,
@@ -231,3 +236,62 @@ def test_an_edited_file_that_the_update_drops_is_kept(template_repo, tmp_path, c
         "migrate: kept proj/guard.py, which holds your edits, though the template no longer "
         "renders it: delete it if you do not need it"
     ) in capfd.readouterr().err.splitlines()
+
+
+def test_an_interrupted_update_leaves_the_project_as_it_was(template_repo, tmp_path):
+    """Ctrl-C while `copier update` (the real command) merges: the new release is already
+    written over the files, the user's committed edits are not back yet. A `git` that
+    waits at `git apply`, the step that merges them, holds the update at that point; the
+    terminal's SIGINT then goes to the command's whole process group. The project ends
+    exactly at its last commit, and says so, and the update then runs as if never begun."""
+    project = render_old(template_repo, tmp_path / "p")
+    users_edits(project)
+    head = git(project, "rev-parse", "HEAD").strip()
+    waiting = tmp_path / "at-git-apply"
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    real_git = shutil.which("git")
+    (shims / "git").write_text(
+        f'#!/bin/sh\nif [ "$1" = apply ]; then touch {waiting}; sleep 300; fi\n'
+        f'exec {real_git} "$@"\n'
+    )
+    (shims / "git").chmod(0o755)
+    copier_cli = Path(sys.executable).with_name("copier")
+    env = {**GIT_ENV, "HOME": str(tmp_path), "PATH": f"{shims}:{GIT_ENV['PATH']}"}
+    update_run = subprocess.Popen(
+        [copier_cli, "update", "--trust", "--defaults"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not waiting.exists():
+            assert update_run.poll() is None, update_run.communicate()
+            assert time.monotonic() < deadline, "the update never reached git apply"
+            time.sleep(0.1)
+        # Half-way: the template's change is in, the user's edit is not.
+        train = (project / "train.py").read_text()
+        assert "default=20," in train and "default=42," not in train
+        os.killpg(update_run.pid, signal.SIGINT)
+        _, stderr = update_run.communicate(timeout=120)
+    finally:
+        if update_run.poll() is None:
+            os.killpg(update_run.pid, signal.SIGKILL)
+    assert update_run.returncode == 1
+    assert stderr.strip().splitlines()[-2:] == [
+        "Execution stopped by user",
+        "copier update stopped before it was done: the project is back as it was at its "
+        f"last commit, {head[:12]}; run the update again",
+    ]
+    assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
+    assert git(project, "rev-parse", "HEAD").strip() == head
+    assert "default=42," in (project / "train.py").read_text()
+    assert not list((project / ".git").glob("copier-*"))  # no note of an update left
+    update(project)
+    assert_no_conflicts(project)
+    assert "default=42," in (project / "train.py").read_text()
+    assert f"_commit: {NEW}" in (project / ".copier-answers.yml").read_text()
