@@ -4,6 +4,9 @@
 # make bench  the CPU benchmarks (bench/README.md); writes bench/RESULTS.md
 # make mutants  deliberate breakages of the template, each against the tests that should
 #             notice it (tests/mutants.py); run before each release, not part of make test
+# make upgrades  the upgrade matrix (tests/test_upgrades.py): a project of every release in
+#             README.md's changes list, edited as users do, updated to this checkout; run
+#             before each release (make test runs two of its cases: the oldest and newest)
 # All install what they need into .venv first, on a machine with Python 3.10+ and git.
 
 PYTHON ?= python3
@@ -15,7 +18,7 @@ BENCH_FLAGS ?= --threads 1
 DEMO_EPOCHS ?= 4
 JOBS ?= 2
 
-.PHONY: demo test test-quick mutants lint bench bench-quick clean
+.PHONY: demo test test-quick mutants upgrades lint bench bench-quick clean
 
 $(READY): requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +42,11 @@ test-quick: $(READY)
 MUTANTS ?=
 mutants: $(READY)
 	$(BIN)/python tests/mutants.py $(MUTANTS)
+
+# Every release of README.md's changes list with both answer sets, from this repository's git
+# history (a full clone: the releases are tagged from the commits that the list records).
+upgrades: $(READY)
+	UPGRADES=all $(BIN)/python -m pytest -n $(JOBS) tests/test_upgrades.py
 
 # Bench-only dependencies (Lightning, scikit-learn) into the same .venv, torch held at the
 # installed release so that pip cannot swap it for another.

@@ -62,13 +62,15 @@ def inside(project: Path):
     old_cwd, old_path, old_argv = os.getcwd(), list(sys.path), list(sys.argv)
     os.chdir(project)
     sys.path.insert(0, str(project))
+    folder = os.path.join(os.path.realpath(project), "")
     try:
         yield
     finally:
         os.chdir(old_cwd)
         sys.path[:], sys.argv[:] = old_path, old_argv
-        for name in list(sys.modules):
-            if name == "train" or name.split(".")[0] == PACKAGE:
+        for name, module in list(sys.modules.items()):
+            file = os.path.realpath(getattr(module, "__file__", None) or os.devnull)
+            if name == "train" or name.split(".")[0] == PACKAGE or file.startswith(folder):
                 del sys.modules[name]
 
 

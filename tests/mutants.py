@@ -7,10 +7,11 @@ tests that should notice it. Not part of `make test`; run it before each release
     .venv/bin/python tests/mutants.py --check     # only that every mutant still applies
 
 For each mutant, what the tests read (copier.yml, template/, hooks/, examples/, tests/,
-pyproject.toml) is copied to a temporary folder and one change is made there: a piece of
-text replaced by another. The text must occur exactly as often as the mutant says, so a
-mutant that no longer applies after the code changed is an error, never a silent pass. Then
-the mutant's tests run on the copy. Caught: they fail. Missed: they pass, and a test is
+pyproject.toml, README.md) is copied to a temporary folder and one change is made there: a
+piece of text replaced by another. The text must occur exactly as often as the mutant says,
+so a mutant that no longer applies after the code changed is an error, never a silent pass.
+Then the mutant's tests run on the copy (TEMPLATE_HISTORY names this repository, whose git
+history the upgrade matrix needs). Caught: they fail. Missed: they pass, and a test is
 missing. The script prints a line per mutant, the score and the slowest mutant, and exits 1
 unless every mutant applied and was caught.
 
@@ -23,6 +24,7 @@ accident of its wording is a mutant to rewrite.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-COPIED = ("copier.yml", "pyproject.toml", "template", "hooks", "examples", "tests")
+COPIED = ("copier.yml", "pyproject.toml", "README.md", "template", "hooks", "examples", "tests")
 PKG = "template/{{package_name}}"
 TRAIN = "template/train.py.jinja"
 DATA = f"{PKG}/data.py.jinja"
@@ -602,6 +604,40 @@ MUTANTS = [
         ("tests/test_migrations.py", "-k", "extras"),
     ),
     Mutant(
+        "update-deletes-edited-files",
+        "update: a file the update removes keeps the user's edits (a renamed package, an "
+        "extra turned off)",
+        "hooks/migrate.py",
+        "if release.is_file() and release.read_bytes() == yours:",
+        "if release.is_file():",
+        ("tests/test_update.py", "-k", "renamed or drops"),
+    ),
+    Mutant(
+        "rename-keeps-imports-of-the-old-package",
+        "update: a renamed package's imports follow it",
+        "hooks/migrate.py",
+        'if path.suffix == ".py" and rewrite_imports(text, old, new) != text:',
+        "if False:",
+        ("tests/test_update.py", "-k", "renamed_package_takes"),
+    ),
+    Mutant(
+        "interrupted-update-left-half-done",
+        "update: an interrupted update puts the project back at its last commit",
+        "hooks/guard_update.py",
+        'if not is_running(note["copier"]):\n            break',
+        'if not is_running(note["copier"]):\n            return 0',
+        ("tests/test_update.py", "-k", "interrupted"),
+    ),
+    Mutant(
+        "old-checkpoints-misread",
+        "upgrade matrix: a checkpoint of an earlier release resumes or is refused in one line "
+        "(a new format without the upgrade of the last one)",
+        CHECKPOINT,
+        "FORMAT = 2",
+        "FORMAT = 3",
+        ("tests/test_upgrades.py",),
+    ),
+    Mutant(
         "finders-rendered-when-left-out",
         "an extra left out leaves no trace",
         TRAIN,
@@ -834,8 +870,10 @@ def pytest(repo: Path, tests: tuple[str, ...], jobs: int) -> subprocess.Complete
     command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
     if jobs > 1:
         command += ["-n", str(jobs)]
+    # The copy has no git history: the upgrade matrix (tests/test_upgrades.py) takes it here.
+    env = {**os.environ, "TEMPLATE_HISTORY": str(ROOT)}
     return subprocess.run(
-        [*command, *tests], cwd=repo, capture_output=True, text=True, timeout=1800
+        [*command, *tests], cwd=repo, capture_output=True, text=True, timeout=1800, env=env
     )
 
 

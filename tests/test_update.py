@@ -6,16 +6,24 @@ committed, edited the way users edit, and updated to the second."""
 
 from __future__ import annotations
 
+import os
+import runpy
+import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from copier.errors import TaskError
 
 from tests.helpers import (
     GIT_ENV,
     assert_no_conflicts,
     commit_all,
+    git,
+    inside,
     render_release,
     run,
     snapshot_template,
@@ -147,3 +155,143 @@ def test_a_conflicting_update_fails_naming_the_files_and_so_do_the_projects_test
     )
     assert tests.returncode == 1
     assert "unresolved conflicts of copier update in: train.py" in tests.stdout + tests.stderr
+
+
+def own_module(project, package="proj"):
+    """A module of the user's own in the package, and a test of theirs that imports it."""
+    (project / package / "layers.py").write_text("WIDTH = 64\n")
+    (project / "tests/test_layers.py").write_text(
+        f"import {package}.layers\nfrom {package}.models import MODELS\n\n\n"
+        f"def test_ours():\n    assert {package}.layers.WIDTH == 64 and 'my_net' in MODELS\n"
+    )
+
+
+def test_a_renamed_package_takes_the_users_files_along(template_repo, tmp_path, capfd):
+    """`--data package_name=newpkg` used to delete proj/models.py with the user's edit in it
+    (exit 0). The edits are merged into newpkg/, the user's own module moves there, and
+    imports of proj follow."""
+    project = render_old(template_repo, tmp_path / "p")
+    users_edits(project)
+    own_module(project)
+    commit_all(project, "our module")
+    capfd.readouterr()
+
+    update(project, package_name="newpkg")
+
+    assert_no_conflicts(project)
+    assert not (project / "proj").exists()
+    models = (project / "newpkg/models.py").read_text()
+    assert '"my_net": lambda info:' in models  # the user's model
+    assert '"""A multilayer perceptron.' in models  # the template's change, same file
+    assert (project / "newpkg/layers.py").read_text() == "WIDTH = 64\n"
+    assert (
+        (project / "tests/test_layers.py")
+        .read_text()
+        .startswith("import newpkg.layers\nfrom newpkg.models import MODELS\n")
+    )
+    assert "newpkg.layers.WIDTH == 64" in (project / "tests/test_layers.py").read_text()
+    assert "default=42," in (project / "train.py").read_text()
+    assert not (project / "tests/test_models.py").exists()  # deleted stays deleted
+    assert "package_name: newpkg" in (project / ".copier-answers.yml").read_text()
+    assert capfd.readouterr().err.splitlines()[-3:] == [
+        "migrate: moved your edits of proj/models.py into newpkg/models.py",
+        "migrate: moved your proj/layers.py to newpkg/layers.py",
+        "migrate: imports of proj now import newpkg in tests/test_layers.py",
+    ]
+    with inside(project):  # the user's test, importing the moved module
+        runpy.run_path("tests/test_layers.py")["test_ours"]()
+
+
+def test_a_renamed_package_marks_edits_that_conflict(template_repo, tmp_path):
+    """The user rewrote the docstring that the new release rewrites too: both are kept,
+    marked in the new package's file, and the update fails naming it."""
+    project = render_old(template_repo, tmp_path / "p")
+    models = project / "proj/models.py"
+    text = models.read_text()
+    assert text.count('"""Flatten, one hidden layer:') == 1
+    models.write_text(text.replace('"""Flatten, one hidden layer:', '"""Our MLP. Flatten, one:'))
+    commit_all(project, "our docstring")
+    with pytest.raises(TaskError):  # the update's last step lists the conflict and fails
+        update(project, package_name="newpkg")
+    merged = (project / "newpkg/models.py").read_text()
+    assert "<<<<<<< after updating" in merged and ">>>>>>> your edits of proj/models.py" in merged
+    assert '"""Our MLP. Flatten, one:' in merged and '"""A multilayer perceptron.' in merged
+    assert not (project / "proj").exists()
+
+
+def test_an_edited_file_that_the_update_drops_is_kept(template_repo, tmp_path, capfd):
+    """Turning an extra off drops its module: an unedited one goes, an edited one stays, with
+    a line that says so."""
+    project = render_old(template_repo, tmp_path / "p", extras=["preemption", "guard", "finders"])
+    guard = project / "proj/guard.py"
+    guard.write_text(guard.read_text() + "\n# our note on the guard\n")
+    commit_all(project, "our note")
+    capfd.readouterr()
+    update(project, extras=["preemption"])
+    assert_no_conflicts(project)
+    assert not (project / "proj/finders.py").exists()
+    assert guard.read_text().endswith("\n# our note on the guard\n")
+    assert "guard" not in (project / "train.py").read_text()
+    assert (
+        "migrate: kept proj/guard.py, which holds your edits, though the template no longer "
+        "renders it: delete it if you do not need it"
+    ) in capfd.readouterr().err.splitlines()
+
+
+def test_an_interrupted_update_leaves_the_project_as_it_was(template_repo, tmp_path):
+    """Ctrl-C while `copier update` (the real command) merges: the new release is already
+    written over the files, the user's committed edits are not back yet. A `git` that
+    waits at `git apply`, the step that merges them, holds the update at that point; the
+    terminal's SIGINT then goes to the command's whole process group. The project ends
+    exactly at its last commit, and says so, and the update then runs as if never begun."""
+    project = render_old(template_repo, tmp_path / "p")
+    users_edits(project)
+    head = git(project, "rev-parse", "HEAD").strip()
+    waiting = tmp_path / "at-git-apply"
+    shims = tmp_path / "bin"
+    shims.mkdir()
+    real_git = shutil.which("git")
+    (shims / "git").write_text(
+        f'#!/bin/sh\nif [ "$1" = apply ]; then touch {waiting}; sleep 300; fi\n'
+        f'exec {real_git} "$@"\n'
+    )
+    (shims / "git").chmod(0o755)
+    copier_cli = Path(sys.executable).with_name("copier")
+    env = {**GIT_ENV, "HOME": str(tmp_path), "PATH": f"{shims}:{GIT_ENV['PATH']}"}
+    update_run = subprocess.Popen(
+        [copier_cli, "update", "--trust", "--defaults"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not waiting.exists():
+            assert update_run.poll() is None, update_run.communicate()
+            assert time.monotonic() < deadline, "the update never reached git apply"
+            time.sleep(0.1)
+        # Half-way: the template's change is in, the user's edit is not.
+        train = (project / "train.py").read_text()
+        assert "default=20," in train and "default=42," not in train
+        os.killpg(update_run.pid, signal.SIGINT)
+        _, stderr = update_run.communicate(timeout=120)
+    finally:
+        if update_run.poll() is None:
+            os.killpg(update_run.pid, signal.SIGKILL)
+    assert update_run.returncode == 1
+    assert stderr.strip().splitlines()[-2:] == [
+        "Execution stopped by user",
+        "copier update stopped before it was done: the project is back as it was at its "
+        f"last commit, {head[:12]}; run the update again",
+    ]
+    assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
+    assert git(project, "rev-parse", "HEAD").strip() == head
+    assert "default=42," in (project / "train.py").read_text()
+    assert not list((project / ".git").glob("copier-*"))  # no note of an update left
+    update(project)
+    assert_no_conflicts(project)
+    assert "default=42," in (project / "train.py").read_text()
+    assert f"_commit: {NEW}" in (project / ".copier-answers.yml").read_text()
