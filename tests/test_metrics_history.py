@@ -87,7 +87,7 @@ def test_an_older_checkpoint_keeps_the_rows_of_metrics_csv(project, two_epochs, 
 @pytest.mark.parametrize(
     "text,reason",
     [
-        ("epoch,train_loss\n1,0.5\ntwo,0.4\n", "ValueError: could not convert string to float: 'two'"),
+        ("epoch,train_loss\n1,0.5\ntwo,0.4\n", "ValueError: could not convert string to float"),
         ("train_loss\n0.5\n", "KeyError: 'epoch'"),
         (b"epoch\n\xff\xfe\n", "UnicodeDecodeError"),
     ],

@@ -161,6 +161,17 @@ def descendants(pid: int) -> list[int]:
     return children + [grandchild for child in children for grandchild in descendants(child)]
 
 
+WITH_WORKERS = [*RUN, "--workers", "2", "--data-on-device", "off"]
+
+
+@pytest.fixture(scope="module")
+def whole_with_workers(project, tmp_path_factory):
+    """The out-dir of an unbroken run with loader workers."""
+    out = tmp_path_factory.mktemp("whole")
+    run(PY, "train.py", *WITH_WORKERS, "--out-dir", out, cwd=project)
+    return out
+
+
 @pytest.mark.parametrize(
     ("sig", "whom", "exit_code"),
     [
@@ -172,22 +183,20 @@ def descendants(pid: int) -> list[int]:
     ids=["SIGTERM process", "SIGTERM group", "SIGUSR1 group", "SIGINT group"],
 )
 def test_preemption_signal_checkpoints_and_exits_for_requeue(
-    project, tmp_path, sig, whom, exit_code
+    project, whole_with_workers, tmp_path, sig, whom, exit_code
 ):
     """SLURM's and the cloud's stop signals, and Ctrl-C, to the training process or to its
     whole process group, loader workers included: the step under way finishes, is saved, and
     the run exits with 75 (requeue me) or 130 (interrupted); the same command then resumes to
     the end an unbroken run reaches."""
-    flags = [*RUN, "--workers", "2", "--data-on-device", "off"]
-    run(PY, "train.py", *flags, "--out-dir", tmp_path / "whole", cwd=project)
     out = tmp_path / "preempted"
-    cmd = [PY, "train.py", *flags, "--save-every", "5", "--out-dir", str(out)]
+    cmd = [PY, "train.py", *WITH_WORKERS, "--save-every", "5", "--out-dir", str(out)]
     status = interrupt_at(cmd, project, 7, sig, whom=whom, clean=True)  # during step 8
     assert status == exit_code
     assert checkpoint_step(out / "last.pt") == 8  # that step finished, then saved
     before = torch.load(out / "last.pt", weights_only=True)["progress"]["elapsed_s"]
     run(*cmd, cwd=project)
-    same_training(tmp_path / "whole/last.pt", out / "last.pt")
+    same_training(whole_with_workers / "last.pt", out / "last.pt")
     rows = read_metrics(out)
     assert rows[0]["elapsed_s"] > before > 0  # the resumed run carried on the count
     assert all(row["samples_per_s"] > 0 for row in rows)  # both epochs trained some steps
