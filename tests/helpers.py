@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import functools
 import os
 import runpy
 import shutil
 import subprocess
 import sys
+import weakref
 from pathlib import Path
+from types import CodeType
 
 import copier
+import jinja2
+from jinja2.utils import internalcode
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "proj"  # the package name every test project gets, unless a test says otherwise
@@ -37,6 +42,100 @@ def snapshot_template(dest: Path) -> Path:
                 ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
             )
     return dest
+
+
+# Copier builds a new Jinja environment for every render and compiles every template again:
+# most of a render's time. What compiling gives depends only on the source, the template's
+# name and the environment's configuration (the file's path only names it in tracebacks), so
+# the tests keep the code in memory for the whole process, as a Jinja bytecode cache would,
+# and renders stay byte for byte the same (tests/test_render_cache.py compares them).
+COMPILE_CACHE: dict[tuple, object] = {}
+COMPILE_STATS = {"hits": 0, "misses": 0}
+_compile = jinja2.Environment.compile
+
+
+def _named(value) -> tuple | str:
+    """A filter or test by what it is, not where it lies in memory."""
+    if isinstance(value, functools.partial):  # Copier's to_json, made for each environment
+        keywords = tuple(sorted((k, _named(v)) for k, v in value.keywords.items()))
+        return _named(value.func), tuple(map(_named, value.args)), keywords
+    if callable(value) and hasattr(value, "__qualname__"):
+        return value.__module__, value.__qualname__
+    return repr(value)
+
+
+def _environment_key(env: jinja2.Environment, name: str | None) -> tuple:
+    """What of an environment the compiled code depends on."""
+    autoescape = env.autoescape(name) if callable(env.autoescape) else env.autoescape
+    return (
+        type(env),
+        tuple(type(extension) for extension in env.iter_extensions()),
+        env.code_generator_class,
+        env.block_start_string,
+        env.block_end_string,
+        env.variable_start_string,
+        env.variable_end_string,
+        env.comment_start_string,
+        env.comment_end_string,
+        env.line_statement_prefix,
+        env.line_comment_prefix,
+        env.trim_blocks,
+        env.lstrip_blocks,
+        env.newline_sequence,
+        env.keep_trailing_newline,
+        env.optimized,
+        env.is_async,
+        autoescape,
+        env.finalize and _named(env.finalize),
+        frozenset(getattr(env, "intercepted_binops", ())),
+        frozenset(getattr(env, "intercepted_unops", ())),
+        _functions(env),
+    )
+
+
+_FUNCTIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _functions(env: jinja2.Environment) -> tuple:
+    """The environment's filters and tests by what they are (named once per environment,
+    and again if they change)."""
+    tables = (env.filters, env.tests)
+    ids = tuple(tuple((key, id(f)) for key, f in table.items()) for table in tables)
+    known = _FUNCTIONS.get(env)
+    if known is None or known[0] != ids:
+        named = tuple(tuple(sorted((key, _named(f)) for key, f in t.items())) for t in tables)
+        known = _FUNCTIONS[env] = (ids, named)
+    return known[1]
+
+
+def _in_file(code: CodeType, filename: str) -> CodeType:
+    """`code` as compile() gives it for `filename`."""
+    if code.co_filename == filename:
+        return code
+    consts = tuple(_in_file(c, filename) if isinstance(c, CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+@internalcode
+def _cached_compile(self, source, name=None, filename=None, raw=False, defer_init=False):
+    if not isinstance(source, str):
+        return _compile(self, source, name, filename, raw, defer_init)
+    # Extensions see each source before it is parsed (Copier's yield tag resets its state
+    # there): that still happens for every template, cached or not.
+    self.preprocess(source, name, filename)
+    key = (_environment_key(self, name), source, name, raw, defer_init)
+    code = COMPILE_CACHE.get(key)
+    if code is None:
+        COMPILE_STATS["misses"] += 1
+        code = COMPILE_CACHE[key] = _compile(self, source, name, filename, raw, defer_init)
+        return code
+    COMPILE_STATS["hits"] += 1
+    return code if raw else _in_file(code, filename or "<template>")
+
+
+def cache_compiled_templates(on: bool = True) -> None:
+    """Keep (or stop keeping) compiled Jinja templates for every render of this process."""
+    jinja2.Environment.compile = _cached_compile if on else _compile
 
 
 # Every optional part, in the order of the extras question.
