@@ -20,7 +20,10 @@ def project(template, tmp_path_factory):
 
 
 def loader_args(workers_flag: str = "2") -> argparse.Namespace:
-    return argparse.Namespace(batch_size=8, seed=0, data_on_device="off", workers=int(workers_flag))
+    workers = int(workers_flag)
+    return argparse.Namespace(
+        data="synthetic", batch_size=8, seed=0, data_on_device="off", workers=workers
+    )
 
 
 def test_loader_keeps_its_workers_and_pins_memory_only_on_cuda(project):

@@ -168,6 +168,13 @@ def hold_out_dir(out_dir: Path) -> str | None:
 class UserError(Exception):
     """A problem the user can fix: train.py reports its message in one line, no traceback."""
 
+    def __init__(self, message: str) -> None:
+        if message.startswith("Caught ") and "\nOriginal Traceback" in message:
+            # From a loader worker, raised again with its traceback: the last line is ours.
+            kind = f"{type(self).__module__}.{type(self).__qualname__}: "
+            message = message.strip().splitlines()[-1].removeprefix(kind)
+        super().__init__(message)
+
 
 class DataError(UserError):
     """A problem with the data (a missing folder, say)."""
