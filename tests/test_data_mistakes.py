@@ -1,0 +1,325 @@
+"""The user's data mistakes end in one line naming the data set or the file, before training
+where the sample of items that check_info looks at shows them: targets the default loss
+cannot take, an empty set, items of another shape, inputs that are not finite. Outside the
+sample, the loader's batches are checked as they are made. Image folders that link back
+into themselves are walked once, and an image that cannot be read is named. Both answers to
+`data` (images, and tensors of your own) get the same checks."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import re
+import runpy
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+from tests.helpers import TINY_RUN, inside, render
+
+SET = "data set 'synthetic'"
+CLASSES = (
+    "where the default cross-entropy takes class indices: int64 from 0 to 9 "
+    "(DataInfo.num_classes is 10)"
+)
+# Each mode's input shape in the tiny runs, and that of an input one sample shorter.
+SHAPES = {"images": ("(3, 8, 8)", "(3, 8, 7)"), "tensors": ("(1, 64)", "(1, 63)")}
+FLAGS = {"images": ["--image-size", "8", "--model", "mlp"], "tensors": []}
+
+
+@pytest.fixture(scope="module")
+def projects(template, tmp_path_factory):
+    """The images project with the guard against non-finite losses, and a tensors project
+    with no extras (as examples/cpu-minimal.yml has), where a checkpoint meets the NaN."""
+    root = tmp_path_factory.mktemp("data-mistakes")
+    return {
+        "images": render(template, root / "images", extras=["guard"]),
+        "tensors": render(template, root / "tensors", data="tensors", extras=[]),
+    }
+
+
+def refusal(project, capsys, *flags, change=None, lengths=None, sample=None, classes=None):
+    """Run train.py as a script in this process on its built-in synthetic set made hostile:
+    each item passed through change(index, split, input, target), a split's length made
+    lengths[split], DataInfo.num_classes made `classes`, check_info's sample cut to `sample`
+    items. The run must stop: returns its exit status and what it said on stderr."""
+    with inside(project):
+        from proj import data
+
+        name = "SyntheticImages" if hasattr(data, "SyntheticImages") else "SyntheticSignals"
+        built_in, info = getattr(data, name), data.DataInfo
+
+        class Hostile(built_in):
+            def __init__(self, *args, split="train", **kwargs):
+                super().__init__(*args, split=split, **kwargs)
+                self.split = split
+
+            def __len__(self):
+                return (lengths or {}).get(self.split, super().__len__())
+
+            def __getitem__(self, index):
+                inputs, target = super().__getitem__(index)
+                return change(index, self.split, inputs, target) if change else (inputs, target)
+
+        setattr(data, name, Hostile)  # the module is forgotten when `inside` ends
+        if classes:
+            data.DataInfo = lambda *a, **k: dataclasses.replace(info(*a, **k), num_classes=classes)
+        if sample:
+            data.SAMPLE = sample
+        sys.argv = ["train.py", *TINY_RUN, *flags]
+        with pytest.raises(SystemExit) as exit_info:
+            runpy.run_path("train.py", run_name="__main__")
+    code, err = exit_info.value.code, capsys.readouterr().err.strip().splitlines()
+    if isinstance(code, str):  # sys.exit(message): Python prints it and exits 1
+        return 1, [code, *err]
+    return code, err
+
+
+def target(value):
+    return lambda i, split, inputs, label: (inputs, value(i, split, label))
+
+
+# name: (change, other arguments of `refusal`, the one line expected for it)
+BEFORE_TRAINING = {
+    "label -1": (
+        target(lambda i, split, label: -1 if i == 3 else label),
+        {},
+        f"error: {SET}, training item 3: target -1, {CLASSES}",
+    ),
+    "label num_classes in the validation set": (
+        target(lambda i, split, label: 10 if split == "val" and i == 2 else label),
+        {},
+        f"error: {SET}, validation item 2: target 10, {CLASSES}",
+    ),
+    "float labels": (
+        target(lambda i, split, label: float(label)),
+        {},
+        f"error: {SET}, training item 0: targets of type float64 and shape (), {CLASSES}",
+    ),
+    "one-hot labels": (
+        target(lambda i, split, label: F.one_hot(torch.as_tensor(label), 10)),
+        {},
+        f"error: {SET}, training item 0: targets of type int64 and shape (10,), {CLASSES}",
+    ),
+    "int32 labels": (
+        target(lambda i, split, label: torch.tensor(int(label), dtype=torch.int32)),
+        {},
+        f"error: {SET}, training item 0: targets of type int32 and shape (), {CLASSES}",
+    ),
+    "string labels": (
+        target(lambda i, split, label: str(int(label))),
+        {},
+        f"error: {SET}, training item 0: targets of type str, {CLASSES}",
+    ),
+    "no labels": (
+        lambda i, split, inputs, label: inputs,
+        {},
+        f"error: {SET}, training item 0: items that do not make a batch of (input, target) "
+        "pairs (not enough values to unpack (expected 2, got 1))",
+    ),
+    "declared classes fewer than the labels": (
+        None,
+        {"classes": 3},
+        # The first item in the sample whose class is past 2.
+        re.compile(
+            rf"error: {SET}, training item \d+: target [3-9], where the default cross-entropy "
+            r"takes class indices: int64 from 0 to 2 \(DataInfo.num_classes is 3\)"
+        ),
+    ),
+    "an empty training set": (
+        None,
+        {"lengths": {"train": 0}},
+        f"error: {SET}: its training set is empty",
+    ),
+    "an empty validation set": (
+        None,
+        {"lengths": {"val": 0}},
+        f"error: {SET}: its validation set is empty",
+    ),
+    "an item of another shape": (
+        lambda i, split, inputs, label: (inputs[..., :-1] if i == 1 else inputs, label),
+        {},
+        "error: {SET}, training item 1: inputs of shape {short}, its DataInfo says {shape}",
+    ),
+    "NaN inputs": (
+        lambda i, split, inputs, label: (inputs.float() * (math.nan if i % 2 else 1), label),
+        {},
+        f"error: {SET}, training item 1: NaN or inf in its input",
+    ),
+}
+
+
+@pytest.mark.parametrize("mode", ["images", "tensors"])
+@pytest.mark.parametrize("case", BEFORE_TRAINING, ids=str)
+def test_data_mistakes_are_one_line_before_training(projects, capsys, tmp_path, mode, case):
+    change, options, expected = BEFORE_TRAINING[case]
+    flags = [*FLAGS[mode], "--out-dir", str(tmp_path)]
+    status, lines = refusal(projects[mode], capsys, *flags, change=change, **options)
+    assert status == 1 and len(lines) == 1, lines
+    if isinstance(expected, re.Pattern):
+        assert expected.fullmatch(lines[0]), lines
+    else:
+        shape, short = SHAPES[mode]
+        assert lines[0] == expected.format(SET=SET, shape=shape, short=short)
+    assert not (tmp_path / "metrics.csv").exists()  # no training started
+
+
+OUTSIDE = 38  # an item that check_info's sample of 64 in 96 does not hold
+
+
+@pytest.mark.parametrize("mode", ["images", "tensors"])
+def test_a_label_outside_the_sample_is_one_line(projects, capsys, tmp_path, mode):
+    """The loader checks each batch as it makes it, in its workers where there are any (the
+    test of an unreadable image in test_robustness.py has them), without a host sync."""
+    flags = [*FLAGS[mode], "--out-dir", str(tmp_path)]
+    change = target(lambda i, split, label: 10 if i == OUTSIDE and split == "train" else label)
+    assert refusal(projects[mode], capsys, *flags, change=change) == (
+        1,
+        [f"error: {SET}: target 10, {CLASSES}"],
+    )
+
+
+@pytest.mark.parametrize("mode", ["images", "tensors"])
+def test_an_item_of_another_shape_outside_the_sample_is_one_line(projects, capsys, tmp_path, mode):
+    flags = [*FLAGS[mode], "--out-dir", str(tmp_path)]
+
+    def change(i, split, inputs, label):
+        return (inputs[..., :-1] if i == OUTSIDE and split == "train" else inputs, label)
+
+    shape, short = SHAPES[mode]
+    assert refusal(projects[mode], capsys, *flags, change=change) == (
+        1,
+        [f"error: {SET}: inputs of shape {short}, its DataInfo says {shape}"],
+    )
+
+
+@pytest.mark.parametrize("mode", ["images", "tensors"])
+def test_nan_inputs_outside_the_sample_stop_without_blaming_the_lr(
+    projects, capsys, tmp_path, mode
+):
+    """Every item but the first (the whole sample here) is NaN: the first loss is already
+    not finite, before any update, so the lr is not the cause; and no checkpoint was
+    written, so none is said to stay. With the guard, its stop says so; without it, the
+    checkpoint's check on the weights."""
+    out = tmp_path / "out"
+    flags = [*FLAGS[mode], "--log-interval", "2", "--out-dir", str(out)]
+    flags += ["--max-bad-steps", "2"] if mode == "images" else []
+
+    def change(i, split, inputs, label):
+        return inputs.float() * (math.nan if i else 1), label
+
+    status, lines = refusal(projects[mode], capsys, *flags, change=change, sample=1)
+    if mode == "images":
+        expected = (
+            f"2 optimizer steps in a row had a non-finite loss; no checkpoint was written to "
+            f"{out}. So was the first, before any update: look for NaN or inf in the data"
+        )
+    else:
+        expected = (
+            f"the weights are no longer finite (NaN or inf) after step 6, so best.pt was not "
+            f"written; no checkpoint was written to {out}. Try a lower --lr or --clip-grad, "
+            "or look for NaN or inf in the data"
+        )
+    assert (status, lines) == (1, [expected])
+    assert not list(out.glob("*.pt"))
+
+
+def test_checking_the_data_leaves_the_random_state_alone(projects):
+    """The sample's augmentation draws from a random state of its own: the model's first
+    weights do not depend on the check."""
+    with inside(projects["images"]):
+        from proj.data import build_dataset
+
+        args = argparse.Namespace(data="synthetic", synthetic_size=96, image_size=8, hflip=None)
+        torch.manual_seed(0)
+        build_dataset(args)
+        after = torch.get_rng_state()
+        torch.manual_seed(0)
+        assert torch.equal(after, torch.get_rng_state())
+
+
+def image_folder(root, per_class: int = 4):
+    """Two classes of small images in train/ and val/."""
+    for split in ("train", "val"):
+        for label in ("a", "b"):
+            (root / split / label).mkdir(parents=True)
+            for i in range(per_class):
+                image = Image.new("RGB", (12, 12), (60 * i, 0, 0))
+                image.save(root / split / label / f"{i}.png")
+    return root
+
+
+def build_image_folder(project, root):
+    with inside(project):
+        from proj.data import build_dataset
+
+        args = argparse.Namespace(data="imagefolder", data_dir=str(root), image_size=8)
+        return build_dataset(argparse.Namespace(**vars(args), hflip=None))
+
+
+def test_an_image_folder_walks_each_folder_once(projects, tmp_path):
+    """Links are followed, but into a folder once: one linked to itself, one that links back
+    up, and two links to the same folder outside are each walked once (torchvision's
+    ImageFolder walked the first two again and again, 40 levels deep)."""
+    root = image_folder(tmp_path / "images")
+    train = root / "train"
+    (train / "a" / "loop").symlink_to(".")
+    (train / "b" / "sub").mkdir()
+    for name in ("s0.png", "s1.png"):
+        Image.new("RGB", (12, 12)).save(train / "b" / "sub" / name)
+    (train / "b" / "sub" / "up").symlink_to("..")
+    (tmp_path / "outside").mkdir()
+    Image.new("RGB", (12, 12)).save(tmp_path / "outside" / "o.png")
+    (train / "a" / "l1").symlink_to(tmp_path / "outside")
+    (train / "a" / "l2").symlink_to(tmp_path / "outside")
+    train_set, val_set, info = build_image_folder(projects["images"], root)
+    a = [(f"{train}/a/{i}.png", 0) for i in range(4)] + [(f"{train}/a/l1/o.png", 0)]
+    b = [(f"{train}/b/{i}.png", 1) for i in range(4)]
+    b += [(f"{train}/b/sub/s0.png", 1), (f"{train}/b/sub/s1.png", 1)]
+    assert train_set.samples == a + b
+    assert len(val_set) == 8 and info.num_classes == 2
+
+
+def broken_images(folder):
+    """name: (how to make the file, what cannot be read in it)"""
+    limit = Image.MAX_IMAGE_PIXELS
+
+    def truncated(path):
+        Image.effect_noise((40, 40), 60).save(path)
+        path.write_bytes(path.read_bytes()[:400])
+
+    return {
+        "cut short": (truncated, "image file is truncated"),
+        "not an image": (lambda path: path.write_text("not an image\n"), "not an image PIL knows"),
+        "a broken link": (
+            lambda path: path.symlink_to(folder / "gone.png"),
+            "No such file or directory",
+        ),
+        # PIL's guard against decompression bombs: past its limit it warns, past twice it
+        # refuses; both are refused here. A 1-bit image of zeros is small to write.
+        "past the limit": (
+            lambda path: Image.new("1", (10_000, 10_000)).save(path),
+            f"Image size (100000000 pixels) exceeds limit of {limit} pixels, could be "
+            "decompression bomb DOS attack.",
+        ),
+        "past twice the limit": (
+            lambda path: Image.new("1", (20_000, 9_000)).save(path),
+            f"Image size (180000000 pixels) exceeds limit of {2 * limit} pixels, could be "
+            "decompression bomb DOS attack.",
+        ),
+    }
+
+
+@pytest.mark.parametrize("kind", list(broken_images(None)), ids=str)
+def test_an_image_that_cannot_be_read_is_one_line_naming_it(projects, tmp_path, kind):
+    root = image_folder(tmp_path / "images")
+    make, reason = broken_images(tmp_path)[kind]
+    make(root / "val" / "b" / "bad.png")
+    with pytest.raises(Exception) as error:
+        build_image_folder(projects["images"], root)
+    assert type(error.value).__name__ == "DataError"
+    assert str(error.value) == f"{root}/val/b/bad.png: cannot read this image ({reason})"
