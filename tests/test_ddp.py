@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import signal
@@ -387,6 +388,8 @@ def test_flags_torchrun_cannot_honour_are_refused(ddp_project, monkeypatch, caps
     loads; as a single process, neither flag is refused here."""
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
+    # As on a Mac (a cached function, as torch's own: torch._dynamo looks for __wrapped__).
+    monkeypatch.setattr(torch.backends.mps, "is_available", functools.cache(lambda: True))
     with inside(ddp_project):
         import train
 

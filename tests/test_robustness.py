@@ -4,6 +4,7 @@ and checkpoint writers killed at random moments."""
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import random
 import shutil
@@ -127,6 +128,116 @@ def test_eval_only_evaluates_exactly_the_weights_it_names(project, tmp_path, cap
         loss, acc = map(float, line.split()[1:4:2])
         assert loss == pytest.approx(logged[weights]["val_loss"], abs=1e-6), flags
         assert acc == pytest.approx(logged[weights]["val_acc"], abs=1e-6), flags
+
+
+# Flags that contradict each other, the project or the float32 arithmetic: refused before
+# any data is loaded, in exactly this line.
+CONTRADICTIONS = {
+    "fresh with resume": (
+        ["--fresh", "--resume", "train.py"],
+        "argument --fresh: not allowed with --resume (one starts over, the other goes on)",
+    ),
+    "find-lr with resume": (
+        ["--find-lr", "--resume", "train.py"],
+        "argument --find-lr: not allowed with --resume: the sweep starts from new weights",
+    ),
+    "out-dir empty": (["--out-dir", ""], "argument --out-dir: must name a folder, got ''"),
+    "out-dir blank": (["--out-dir", "  "], "argument --out-dir: must name a folder, got '  '"),
+    "out-dir the project": (
+        ["--out-dir", "."],
+        "argument --out-dir: . holds train.py: give runs a folder of their own",
+    ),
+    "data-dir empty": (["--data-dir", ""], "argument --data-dir: must name a folder, got ''"),
+    "lr 0 as a float32": (
+        ["--lr", "1e-50"],
+        "argument --lr: must be a number > 0 or auto, got '1e-50', which is 0 as a float32",
+    ),
+    "sweep start 0 as a float32": (
+        ["--find-lr-start", "1e-46"],
+        "argument --find-lr-start: must be a number > 0, got '1e-46', which is 0 as a float32",
+    ),
+    "min-lr above lr": (
+        ["--lr", "0.1", "--min-lr", "2.5"],
+        "argument --min-lr: must be at most --lr (0.1), got 2.5",
+    ),
+    "warmup longer than the run": (
+        ["--epochs", "2", "--warmup-epochs", "3"],
+        "argument --warmup-epochs: 3 is longer than the 2-epoch schedule: the lr would never "
+        "reach --lr",
+    ),
+}
+DEVICES = ": use auto, cpu, cuda, cuda:N (N counts from 0) or mps"
+for name in ("gpu", "cuda:x", "cuda:-1", "cpu:0", "CUDA", "cuda:"):
+    CONTRADICTIONS[f"device {name}"] = (
+        ["--device", name],
+        f"argument --device: unknown device {name!r}{DEVICES}",
+    )
+
+
+@pytest.mark.parametrize("flags,message", CONTRADICTIONS.values(), ids=CONTRADICTIONS.keys())
+def test_contradictory_flags_are_one_line_before_any_data_is_loaded(
+    project, capsys, flags, message
+):
+    with inside(project):
+        import train
+
+        def no_data(args):
+            raise AssertionError("data was loaded before the flags were checked")
+
+        train.build_dataset = no_data
+        with pytest.raises(SystemExit) as exit_info:
+            train.main(flags)
+        prog = train.get_args_parser().prog
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [f"{prog}: error: {message}"]
+
+
+def test_just_inside_the_contradictions_is_accepted(project):
+    """The edges of the checks above: a floor at the peak, a warmup as long as the run, a
+    tiny lr that a float32 still holds, an --out-dir beside the project's files."""
+    with inside(project):
+        import train
+
+        parse = train.get_args_parser().parse_args
+        args = parse(["--lr", "0.1", "--min-lr", "0.1", "--epochs", "1", "--warmup-epochs", "1"])
+        assert (args.min_lr, args.warmup_epochs) == (0.1, 1.0)
+        assert parse(["--lr", "1e-44"]).lr == 1e-44
+        assert parse(["--out-dir", "proj/../runs/x", "--fresh", "--init-weights", "train.py"])
+
+
+@pytest.mark.parametrize(
+    ("cuda_devices", "device", "message"),
+    [
+        (0, "cuda", "CUDA is not available on this machine"),
+        (0, "cuda:1", "CUDA is not available on this machine"),
+        (1, "cuda:1", "no device cuda:1: this machine has 1 CUDA device, cuda:0"),
+        (2, "cuda:99", "no device cuda:99: this machine has 2 CUDA devices, cuda:0 to cuda:1"),
+        (2, "mps", "MPS (Apple's GPUs) is not available on this machine"),
+        (2, "cuda:1", None),
+        (2, "cuda", None),
+    ],
+)
+def test_devices_the_machine_lacks_are_one_line(
+    project, monkeypatch, capsys, cuda_devices, device, message
+):
+    """As machines with 0, 1 or 2 GPUs and no MPS see --device (here as the flag is parsed:
+    nothing touches a device)."""
+    # Cached functions, as torch's own (torch._dynamo looks for their __wrapped__).
+    monkeypatch.setattr(torch.cuda, "is_available", functools.cache(lambda: cuda_devices > 0))
+    monkeypatch.setattr(torch.cuda, "device_count", functools.cache(lambda: cuda_devices))
+    monkeypatch.setattr(torch.backends.mps, "is_available", functools.cache(lambda: False))
+    with inside(project):
+        import train
+
+        parser = train.get_args_parser()
+        if message is None:
+            assert parser.parse_args(["--device", device]).device == device
+            return
+        with pytest.raises(SystemExit):
+            parser.parse_args(["--device", device])
+    assert capsys.readouterr().err.splitlines() == [
+        f"{parser.prog}: error: argument --device: {message}"
+    ]
 
 
 def test_missing_image_folder_is_one_line(project, tmp_path):

@@ -8,7 +8,6 @@ optimizer step k (counted from 0) uses.
 
 from __future__ import annotations
 
-import argparse
 import math
 import shutil
 
@@ -90,8 +89,9 @@ def test_schedule_flags(project):
     for scheduler, flags in expected.items():
         with inside(project(scheduler)):
             from proj.schedule import add_schedule_args
+            from proj.utils import ArgumentParser
 
-            parser = argparse.ArgumentParser(add_help=False)
+            parser = ArgumentParser(add_help=False)
             add_schedule_args(parser)
         added = {s for action in parser._actions for s in action.option_strings}
         assert added == flags, scheduler
@@ -192,6 +192,102 @@ def test_constant_stays_at_the_peak_after_warmup(project):
     assert len(lrs) == 40
     assert close(lrs[9], args.lr)
     assert all(close(lr, args.lr) for lr in lrs[9:])
+
+
+# Schedule flags that contradict each other or the schedule's length, each refused as the
+# flags are parsed in exactly this line; and the largest value accepted beside it.
+CONTRADICTIONS = {
+    "cosine floor above the peak": (
+        "warmup_cosine",
+        ["--lr", "0.1", "--min-lr", "0.25"],
+        "argument --min-lr: must be at most --lr (0.1), got 0.25",
+        ["--lr", "0.1", "--min-lr", "0.1"],
+    ),
+    "restarts floor above the peak": (
+        "cosine_restarts",
+        ["--lr", "0.1", "--min-lr", "1"],
+        "argument --min-lr: must be at most --lr (0.1), got 1",
+        ["--lr", "0.1", "--min-lr", "0.1"],
+    ),
+    "cycle bottom above its top": (
+        "cyclic",
+        ["--lr", "0.01", "--min-lr", "0.02"],
+        "argument --min-lr: must be at most --lr (0.01), got 0.02",
+        ["--lr", "0.01", "--min-lr", "0.01"],
+    ),
+    "warmup longer than the run": (
+        "constant",
+        ["--epochs", "2", "--warmup-epochs", "2.5"],
+        "argument --warmup-epochs: 2.5 is longer than the 2-epoch schedule: the lr would never "
+        "reach --lr",
+        ["--epochs", "2", "--warmup-epochs", "2"],
+    ),
+    "step decays after the run": (
+        "step",
+        ["--epochs", "3", "--step-epochs", "3"],
+        "argument --step-epochs: 3 is not shorter than the 3-epoch schedule: the lr would never "
+        "decay",
+        ["--epochs", "3", "--step-epochs", "2.9"],
+    ),
+    "warmup past a step of the decay": (
+        "step",
+        ["--epochs", "6", "--warmup-epochs", "2.5"],
+        "argument --warmup-epochs: 2.5 is longer than a step of the decay (--step-epochs 2): the "
+        "lr would never reach --lr",
+        ["--epochs", "6", "--warmup-epochs", "2"],
+    ),
+    "first cycle as long as the run": (
+        "cosine_restarts",
+        ["--epochs", "4", "--restart-epochs", "4"],
+        "argument --restart-epochs: 4 is not shorter than the 4-epoch schedule: it would never "
+        "restart",
+        ["--epochs", "4", "--restart-epochs", "3.5"],
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "scheduler,flags,message,accepted", CONTRADICTIONS.values(), ids=CONTRADICTIONS.keys()
+)
+def test_contradictory_schedule_flags_are_one_line(
+    project, capsys, scheduler, flags, message, accepted
+):
+    with inside(project(scheduler)):
+        import train as project_train
+
+        parser = project_train.get_args_parser()
+        with pytest.raises(SystemExit) as exit_info:
+            parser.parse_args(flags)
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err.splitlines() == [f"{parser.prog}: error: {message}"]
+        parser.parse_args(accepted)
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "epochs", "longest", "message"),
+    [
+        ("warmup_cosine", 2, 20, "the 20-step schedule"),
+        ("cosine_restarts", 2, 20, "the 20-step schedule"),
+        ("constant", 2, 20, "the 20-step schedule"),
+        ("step", 3, 10, "a step of the decay (10 optimizer steps)"),
+    ],
+)
+def test_warmup_steps_past_the_peak_are_refused_when_the_schedule_is_built(
+    project, scheduler, epochs, longest, message
+):
+    """--warmup-steps against the schedule's length in optimizer steps (10 an epoch here),
+    known once the data is: one step more than the longest warmup that reaches the peak is
+    refused; that one is accepted, and its last step is at the peak."""
+    flags = ["--epochs", str(epochs), "--warmup-steps"]
+    with pytest.raises(Exception) as refused:
+        run_schedule(project(scheduler), [*flags, str(longest + 1)], 10)
+    assert type(refused.value).__name__ == "UserError"
+    assert str(refused.value) == (
+        f"argument --warmup-steps: {longest + 1} is longer than {message}: the lr would never "
+        "reach --lr"
+    )
+    _, lrs, _ = run_schedule(project(scheduler), [*flags, str(longest)], 10)
+    assert lrs[longest - 1] == pytest.approx(0.2)
 
 
 def optimizer_steps_per_epoch(num_batches: int, accum_steps: int) -> int:

@@ -13,10 +13,35 @@ import torch
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line, without the usage block."""
+    """An argument parser whose errors are one line, without the usage block. Once the flags
+    are parsed it runs `checks`: functions of them all that return what is wrong, or None
+    (the run flags' below, and those that modules adding flags append)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.checks = [run_flags_problem]
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, rest = super().parse_known_args(args, namespace)
+        for check in self.checks:
+            if problem := check(parsed):
+                self.error(problem)
+        return parsed, rest
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def run_flags_problem(args) -> str | None:
+    """What contradicts itself among the run flags of train.py, or None."""
+    for flag, folder in (("--out-dir", args.out_dir), ("--data-dir", args.data_dir)):
+        if not folder.strip():
+            return f"argument {flag}: must name a folder, got {folder!r}"
+    if (Path(args.out_dir) / "train.py").exists():
+        return f"argument --out-dir: {args.out_dir} holds train.py: give runs a folder of their own"
+    if args.resume and args.fresh:
+        return "argument --fresh: not allowed with --resume (one starts over, the other goes on)"
+    return None
 
 
 def int_at_least(low: int, at_most: int | None = None):
@@ -42,20 +67,37 @@ def _bounded(kind: type, noun: str, low, high, low_open=False, high_open=False):
             raise argparse.ArgumentTypeError(f"must be {noun} {bounds}, got {text!r}") from None
         if not abs(value) <= torch.finfo(torch.float32).max:  # inf, NaN, or so as a float32
             raise argparse.ArgumentTypeError(f"must be a finite number {bounds}, got {text!r}")
-        too_high = value >= high if high_open else value > high
-        if (value <= low if low_open else value < low) or too_high:
+        if outside(value):
             raise argparse.ArgumentTypeError(f"must be {noun} {bounds}, got {text!r}")
+        if kind is float and outside(single := torch.tensor(value, dtype=torch.float32).item()):
+            raise argparse.ArgumentTypeError(
+                f"must be {noun} {bounds}, got {text!r}, which is {single:g} as a float32"
+            )
         return value
+
+    def outside(value) -> bool:
+        too_high = value >= high if high_open else value > high
+        return (value <= low if low_open else value < low) or too_high
 
     return parse
 
 
 def device_name(text: str) -> str:
-    """A flag type: auto, cpu, cuda, cuda:N or mps; cuda only where there is CUDA."""
-    if text != "auto" and text.split(":")[0] not in ("cpu", "cuda", "mps"):
-        raise argparse.ArgumentTypeError(f"unknown device {text!r}: use auto, cpu, cuda[:N]")
-    if text.startswith("cuda") and not torch.cuda.is_available():
+    """A flag type: auto, cpu, cuda, cuda:N or mps, where this machine has it."""
+    kind, colon, index = text.partition(":")
+    if text not in ("auto", "cpu", "cuda", "mps") and not (kind == "cuda" and index.isdigit()):
+        raise argparse.ArgumentTypeError(
+            f"unknown device {text!r}: use auto, cpu, cuda, cuda:N (N counts from 0) or mps"
+        )
+    if kind == "cuda" and not torch.cuda.is_available():
         raise argparse.ArgumentTypeError("CUDA is not available on this machine")
+    if colon and int(index) >= (count := torch.cuda.device_count()):
+        raise argparse.ArgumentTypeError(
+            f"no device {text}: this machine has {count} CUDA device{'s' if count > 1 else ''}, "
+            f"cuda:0{f' to cuda:{count - 1}' if count > 1 else ''}"
+        )
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise argparse.ArgumentTypeError("MPS (Apple's GPUs) is not available on this machine")
     return text
 
 
