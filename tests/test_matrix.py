@@ -13,7 +13,17 @@ import re
 
 import pytest
 
-from tests.helpers import AMPS, EXTRAS, OPTIMIZERS, SCHEDULERS, TINY_RUN, render, ruff, train
+from tests.helpers import (
+    AMPS,
+    EXTRAS,
+    OPTIMIZERS,
+    SCHEDULERS,
+    TINY_RUN,
+    inside,
+    render,
+    ruff,
+    train,
+)
 
 COMBINATIONS = list(itertools.product(AMPS, OPTIMIZERS, SCHEDULERS))
 
@@ -157,6 +167,20 @@ def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
     assert (project / "runs/test/tensorboard").is_dir() == ("tensorboard" in extras)
     assert (project / "proj/finders.py").is_file() == ("finders" in extras)
     assert (project / "proj/ema.py").is_file() == ("ema" in extras)
+    check_state_flags(project, scheduler)
+
+
+def check_state_flags(project, scheduler: str) -> None:
+    """The flags that a resume compares with its checkpoint's (STATE_FLAGS) are --lr, every
+    flag of the optimizer, and those of the schedules whose state holds them."""
+    with inside(project):
+        import train
+        from proj.checkpoint import STATE_FLAGS
+
+        groups = train.get_args_parser()._action_groups
+    dests = {g.title.split(" (")[0]: {a.dest for a in g._group_actions} for g in groups}
+    stateful = dests["learning-rate schedule"] if scheduler in ("onecycle", "cyclic") else set()
+    assert sorted(STATE_FLAGS) == sorted({"lr"} | dests["optimizer"] | stateful)
 
 
 def test_tiny_run_flags_are_valid(template, tmp_path):

@@ -321,6 +321,81 @@ def test_bad_checkpoints_get_one_line_naming_the_file(project, checkpoint, tmp_p
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def resume(project, checkpoint, out, *flags: str) -> None:
+    """train.py's main in this process: TINY_RUN (2 epochs) from `checkpoint`, into `out`."""
+    with inside(project):
+        import train
+
+        train.main([*TINY_RUN, "--resume", str(checkpoint), "--out-dir", str(out), *flags])
+
+
+NEW_SCHEDULE = "a new schedule (--more-epochs restart) or "
+# Flags that a checkpoint holds the values of (the optimizer's and the schedule's state, the
+# random state): a resume that gives others is refused, naming each with both values.
+CHANGED_ON_RESUME = {
+    "lr": (["--lr", "0.1"], "--lr 0.2 (given 0.1); to change it, start " + NEW_SCHEDULE),
+    "seed": (["--seed", "7"], "--seed 0 (given 7); to change it, start "),
+    "optimizer flags": (
+        ["--weight-decay", "0.01", "--momentum", "0.5"],
+        "--weight-decay 0.0005 (given 0.01), --momentum 0.9 (given 0.5); to change them, "
+        "start " + NEW_SCHEDULE,
+    ),
+    "seed with a new schedule": (
+        ["--seed", "7", "--lr", "0.1", "--epochs", "3", "--more-epochs", "restart"],
+        "--seed 0 (given 7); to change it, start ",
+    ),
+}
+
+
+@pytest.mark.parametrize("flags,kept", CHANGED_ON_RESUME.values(), ids=CHANGED_ON_RESUME.keys())
+def test_flags_a_resume_cannot_take_are_refused_naming_them(
+    project, checkpoint, tmp_path, flags, kept
+):
+    with pytest.raises(Exception) as refused:
+        resume(project, checkpoint, tmp_path / "out", *flags)
+    assert type(refused.value).__name__ == "CheckpointError"
+    assert str(refused.value) == (
+        f"{checkpoint}: resuming goes on with the checkpoint's {kept}from its weights with "
+        f"--init-weights {checkpoint} --fresh"
+    )
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".lock"]
+
+
+def test_a_new_schedule_takes_new_optimizer_flags(project, checkpoint, tmp_path):
+    """--more-epochs restart builds the schedule and the optimizer's settings anew: a resume
+    that starts one takes a new --lr and --momentum."""
+    flags = ["--lr", "0.1", "--momentum", "0.5", "--epochs", "3", "--more-epochs", "restart"]
+    # Into another --out-dir: the metrics history comes with the checkpoint.
+    resume(project, checkpoint, tmp_path, *flags)
+    assert [row["epoch"] for row in read_metrics(tmp_path)] == [1, 2, 3]
+    state = torch.load(tmp_path / "last.pt", weights_only=True)
+    assert (state["args"]["lr"], state["args"]["momentum"]) == (0.1, 0.5)
+    group = state["optimizer"]["param_groups"][0]
+    assert (group["initial_lr"], group["momentum"]) == (0.1, 0.5)
+
+
+def test_a_part_way_checkpoint_of_ddp_processes_is_refused(project, checkpoint, tmp_path):
+    """A checkpoint that 2 DDP processes saved in the middle of an epoch (each with its share
+    of the epoch's order) is refused by a single process in one line; from the end of an
+    epoch it resumes."""
+    state = torch.load(checkpoint, weights_only=True)
+    own = {"rng": state["rng"], "sums": state["sums"], "guard": state["guard"]}
+    state["processes"] = [own, own]
+    state["progress"].update(batch=2, step=state["progress"]["step"] + 2)
+    torch.save(state, tmp_path / "ddp.pt")
+    with pytest.raises(Exception) as refused:
+        resume(project, tmp_path / "ddp.pt", tmp_path / "out")
+    assert str(refused.value) == (
+        f"{tmp_path / 'ddp.pt'}: saved part-way through epoch 2 by 2 DDP processes, whose "
+        "order one process cannot follow: finish that epoch with them, or start from its "
+        f"weights with --init-weights {tmp_path / 'ddp.pt'} --fresh"
+    )
+    state["progress"].update(batch=0, step=state["progress"]["step"] - 2)
+    torch.save(state, tmp_path / "ddp.pt")
+    resume(project, tmp_path / "ddp.pt", tmp_path / "out")
+    assert [row["epoch"] for row in read_metrics(tmp_path / "out")] == [1, 2]
+
+
 def test_checkpoints_hold_only_what_weights_only_loads(checkpoint):
     state = torch.load(checkpoint, weights_only=True)  # raises on anything but plain data
     assert {"model", "optimizer", "scheduler", "progress", "rng", "args", "sums"} <= set(state)
