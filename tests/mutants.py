@@ -1048,6 +1048,14 @@ MUTANTS = [
         "    if False:",
         ("tests/test_robustness.py", "-k", "ddp_processes"),
     ),
+    Mutant(
+        "synthetic-set-past-the-memory",
+        "data: a synthetic set larger than the memory is refused before it is made",
+        DATA,
+        "    if 16 * values > memory:",
+        "    if False:",
+        ("tests/test_robustness.py", "-k", "too_large"),
+    ),
 ]
 
 

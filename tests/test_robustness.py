@@ -396,6 +396,25 @@ def test_a_part_way_checkpoint_of_ddp_processes_is_refused(project, checkpoint, 
     assert [row["epoch"] for row in read_metrics(tmp_path / "out")] == [1, 2]
 
 
+def test_a_synthetic_set_too_large_for_the_memory_is_one_line(project, tmp_path, monkeypatch):
+    """Checked before any of it is made, as on a machine with 1 GiB of memory: 16 images of
+    1024 x 1024 would take about 1.2 GiB while they are made."""
+    import os
+
+    memory = {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 2**18}
+    monkeypatch.setattr(os, "sysconf", lambda name: memory[name])
+    flags = ["--synthetic-size", "16", "--image-size", "1024", "--out-dir", str(tmp_path)]
+    with inside(project), pytest.raises(Exception) as refused:
+        import train
+
+        train.main(flags)
+    assert str(refused.value) == (
+        "data set 'synthetic': making it takes about 1.2 GiB of memory, this machine has 1.0 "
+        "GiB: lower --synthetic-size or --image-size"
+    )
+    assert type(refused.value).__name__ == "DataError"
+
+
 def test_checkpoints_hold_only_what_weights_only_loads(checkpoint):
     state = torch.load(checkpoint, weights_only=True)  # raises on anything but plain data
     assert {"model", "optimizer", "scheduler", "progress", "rng", "args", "sums"} <= set(state)
