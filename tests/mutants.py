@@ -1056,6 +1056,38 @@ MUTANTS = [
         "    if False:",
         ("tests/test_robustness.py", "-k", "too_large"),
     ),
+    Mutant(
+        "yes-no-answer-any-text",
+        "questions: a yes/no answer that is not a boolean's spelling is refused",
+        "copier.yml",
+        "{% set given = _copier_conf.data.get('compile', true) | string | trim | lower %}",
+        "{% set given = 'true' %}",
+        ("tests/test_questions.py", "-k", "compile"),
+    ),
+    Mutant(
+        "derived-answer-given",
+        "questions: the answers derived from others cannot be given",
+        "copier.yml",
+        "{% if 'ddp' in _copier_conf.data %}",
+        "{% if false %}",
+        ("tests/test_questions.py", "-k", "given"),
+    ),
+    Mutant(
+        "pip-not-reserved",
+        "questions: package_name cannot shadow a tool run with python -m (pip)",
+        "copier.yml",
+        "    pip py pytest ruff",
+        "    py pytest ruff",
+        ("tests/test_questions.py", "-k", "pip or reserved_names"),
+    ),
+    Mutant(
+        "float32-zero-lr-answer",
+        "questions: an lr that a float32 holds as 0 is refused",
+        "copier.yml",
+        "lr < 1e-45 %}",
+        "lr < 0 %}",
+        ("tests/test_questions.py", "-k", "float32"),
+    ),
 ]
 
 

@@ -78,6 +78,11 @@ BAD_ANSWERS = {
     "package name of a torch dependency": ({"package_name": "typing_extensions"}, RESERVED),
     "package name of a test tool": ({"package_name": "pytest"}, RESERVED),
     "package name pil (PIL on a case-blind file system)": ({"package_name": "pil"}, RESERVED),
+    "package name pip (python -m pip)": (
+        {"package_name": "pip"},
+        f"package_name 'pip' {RESERVED}; choose another name",
+    ),
+    "package name of the lr plot's package": ({"package_name": "matplotlib"}, RESERVED),
     "workers negative": (
         {"workers": -1},
         "workers must be an integer >= 0 (got -1)",
@@ -89,6 +94,10 @@ BAD_ANSWERS = {
     "lr too large": ({"lr": 101.0}, "lr must be a number > 0 and <= 100 (got 101.0)"),
     "lr nan": ({"lr": float("nan")}, "lr must be a number > 0 and <= 100 (got nan)"),
     "lr infinite": ({"lr": float("inf")}, "lr must be a number > 0 and <= 100 (got inf)"),
+    "lr 0 as a float32": (
+        {"lr": 1e-50},
+        "lr must be at least 1e-45: a float32 holds a smaller one as 0 (got 1e-50)",
+    ),
     "label_smoothing nan": (
         {"label_smoothing": float("nan")},
         "label_smoothing must be a number >= 0 and < 1 (got nan)",
@@ -102,6 +111,40 @@ BAD_ANSWERS = {
         "label_smoothing must be a number >= 0 and < 1 (got -0.1)",
     ),
 }
+# Answers to yes/no questions: a spelling that Copier reads as a boolean, or refused.
+for question, text in [
+    ("compile", "maybe"),
+    ("compile", ""),
+    ("compile", "2"),
+    ("compile", "none"),
+    ("channels_last", "maybe"),
+    ("git_init", "perhaps"),
+]:
+    BAD_ANSWERS[f"{question} {text!r}"] = (
+        {question: text},
+        f"{question} must be true or false (got '{text}')",
+    )
+# Not questions: the template derives them, and an answer given for one is refused.
+DERIVED = {
+    "images": "the answer to data",
+    "ddp": "the answer to distributed",
+    "finders": "the answer to extras",
+    "ema": "the answer to extras",
+    "tensorboard": "the answer to extras",
+    "preemption": "the answer to extras",
+    "device_data": "the answers to extras and data",
+    "guard": "the answer to extras",
+}
+for question, source in DERIVED.items():
+    BAD_ANSWERS[f"{question} given"] = (
+        {question: True},
+        f"{question} is not a question: it follows from {source}",
+    )
+for question in ("reserved_package_names", "project_folders"):
+    BAD_ANSWERS[f"{question} given"] = (
+        {question: ""},
+        f"{question} is the template's own list, not an answer",
+    )
 
 CHOICES = {
     "data": ("images", "tensors"),
@@ -222,6 +265,14 @@ def test_good_answers_are_accepted(template, tmp_path):
         assert flag_default in train_py, flag_default
 
 
+@pytest.mark.parametrize(("given", "value"), [("yes", True), ("False", False), (1, True)])
+def test_yes_no_answers_take_the_spellings_of_a_boolean(template, tmp_path, given, value):
+    dest = copy(template, tmp_path / "project", compile=given)
+    assert recorded_answers(dest)["compile"] is value
+    train_py = (dest / "train.py").read_text()
+    assert f'"--compile", action=argparse.BooleanOptionalAction, default={value},' in train_py
+
+
 def test_just_inside_the_bounds_is_accepted(template, tmp_path):
     dest = copy(template, tmp_path / "project", lr=1e-6, label_smoothing=0.999, workers=0)
     recorded = recorded_answers(dest)
@@ -320,7 +371,9 @@ def test_reserved_names_cover_what_a_project_imports():
     reserved = set(questions["reserved_package_names"]["default"].split())
     seen: set[str] = set()
     installed = set(sys.stdlib_module_names)
-    for distribution in ("torch", "torchvision", "tqdm", "tensorboard", "pytest", "ruff"):
+    # What the project installs, and the tools it runs with `python -m` (pip, pre-commit).
+    tools = ("pytest", "ruff", "pre-commit", "pip")
+    for distribution in ("torch", "torchvision", "tqdm", "tensorboard", *tools):
         installed |= top_level_modules(distribution, seen)
     # Lowercased: on a file system blind to case, a package `pil` shadows `PIL`. Names that
     # start with an underscore are refused as a class.
