@@ -2,6 +2,8 @@
 #             release tag) with its default answers into demo/ and train it
 # make test   the whole test suite (what CI runs)
 # make bench  the CPU benchmarks (bench/README.md); writes bench/RESULTS.md
+# make test-floor  the rendered projects' tests and a short run under the lowest torch and
+#             torchvision they declare (tests/floor.py; CI runs it after make test)
 # make mutants  deliberate breakages of the template, each against the tests that should
 #             notice it (tests/mutants.py); run before each release, not part of make test
 # make upgrades  the upgrade matrix (tests/test_upgrades.py): a project of every release in
@@ -18,7 +20,7 @@ BENCH_FLAGS ?= --threads 1
 DEMO_EPOCHS ?= 4
 JOBS ?= 2
 
-.PHONY: demo test test-quick mutants upgrades lint bench bench-quick clean
+.PHONY: demo test test-quick test-floor mutants upgrades lint bench bench-quick clean
 
 $(READY): requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +38,11 @@ test: $(READY)
 # Everything but the tests marked slow, for quick iterations.
 test-quick: $(READY)
 	$(BIN)/python -m pytest -n $(JOBS) -m "not slow"
+
+# The lowest torch and torchvision of each rendered pyproject.toml, exactly, in environments of
+# their own under $(VENV)-floor (kept for the next run): the project's tests, a run, a resume.
+test-floor: $(READY)
+	$(BIN)/python tests/floor.py --venvs $(VENV)-floor
 
 # Every mutant of tests/mutants.py (MUTANTS=-k <word> for some): prints caught or missed for
 # each, the score and the slowest, and fails unless every one is caught.

@@ -1088,6 +1088,14 @@ MUTANTS = [
         "lr < 0 %}",
         ("tests/test_questions.py", "-k", "float32"),
     ),
+    Mutant(
+        "untested-torch-floor",
+        "the lowest torch a project declares is the one make test-floor tests",
+        "template/pyproject.toml.jinja",
+        '"torch>=2.13",',
+        '"torch>=2.4",',
+        ("tests/test_floor.py", "-k", "declared"),
+    ),
 ]
 
 
