@@ -82,8 +82,8 @@ BAD_FLAGS = {
 }
 
 
-@pytest.mark.parametrize("flags,message", BAD_FLAGS.values(), ids=BAD_FLAGS.keys())
-def test_bad_flag_is_one_line_before_any_data_is_loaded(project, capsys, flags, message):
+def refused_before_any_data(project, flags) -> tuple[int, str]:
+    """train.main(flags) with data loading forbidden: (its exit status, the parser's prog)."""
     with inside(project):
         import train
 
@@ -93,7 +93,13 @@ def test_bad_flag_is_one_line_before_any_data_is_loaded(project, capsys, flags, 
         train.build_dataset = no_data
         with pytest.raises(SystemExit) as exit_info:
             train.main(flags)
-    assert exit_info.value.code == 2
+        return exit_info.value.code, train.get_args_parser().prog
+
+
+@pytest.mark.parametrize("flags,message", BAD_FLAGS.values(), ids=BAD_FLAGS.keys())
+def test_bad_flag_is_one_line_before_any_data_is_loaded(project, capsys, flags, message):
+    code, _ = refused_before_any_data(project, flags)
+    assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
 
@@ -178,17 +184,8 @@ for name in ("gpu", "cuda:x", "cuda:-1", "cpu:0", "CUDA", "cuda:"):
 def test_contradictory_flags_are_one_line_before_any_data_is_loaded(
     project, capsys, flags, message
 ):
-    with inside(project):
-        import train
-
-        def no_data(args):
-            raise AssertionError("data was loaded before the flags were checked")
-
-        train.build_dataset = no_data
-        with pytest.raises(SystemExit) as exit_info:
-            train.main(flags)
-        prog = train.get_args_parser().prog
-    assert exit_info.value.code == 2
+    code, prog = refused_before_any_data(project, flags)
+    assert code == 2
     assert capsys.readouterr().err.splitlines() == [f"{prog}: error: {message}"]
 
 
