@@ -1096,6 +1096,32 @@ MUTANTS = [
         '"torch>=2.4",',
         ("tests/test_floor.py", "-k", "declared"),
     ),
+    # Issue 26: value tests (optimizers, best.pt, fp16 resume)
+    Mutant(
+        "sgd-without-nesterov",
+        "optimizer: SGD with Nesterov momentum",
+        OPTIM,
+        "nesterov=args.momentum > 0)",
+        "nesterov=False)",
+        ("tests/test_optimizer_options.py", "-k", "sgd"),
+    ),
+    Mutant(
+        "adam-betas-dropped",
+        "optimizer: Adam's betas from --beta1 and --beta2",
+        OPTIM,
+        "    options = dict(lr=args.lr, betas=(args.beta1, args.beta2))\n"
+        "    return fused_or_foreach(torch.optim.Adam,",
+        "    options = dict(lr=args.lr)\n    return fused_or_foreach(torch.optim.Adam,",
+        ("tests/test_optimizer_options.py", "-k", "adam"),
+    ),
+    Mutant(
+        "nadam-coupled-weight-decay",
+        "optimizer: NAdam's decoupled weight decay",
+        OPTIM,
+        "betas=(args.beta1, args.beta2), decoupled_weight_decay=True",
+        "betas=(args.beta1, args.beta2)",
+        ("tests/test_optimizer_options.py", "-k", "nadam"),
+    ),
 ]
 
 
