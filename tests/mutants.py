@@ -1122,6 +1122,22 @@ MUTANTS = [
         "betas=(args.beta1, args.beta2)",
         ("tests/test_optimizer_options.py", "-k", "nadam"),
     ),
+    Mutant(
+        "best-keeps-the-highest-val-loss",
+        "best.pt: the epoch of the best score, the validation accuracy",
+        TRAIN,
+        '    return row["val_acc"]\n',
+        '    return row["val_loss"]\n',
+        ("tests/test_checkpoint_values.py", "-k", "best_pt"),
+    ),
+    Mutant(
+        "best-ignores-the-ema",
+        "best.pt: with EMA, the epoch of the average's best accuracy",
+        TRAIN,
+        'return row.get("ema_val_acc", row["val_acc"])',
+        'return row["val_acc"]',
+        ("tests/test_checkpoint_values.py", "-k", "best_pt"),
+    ),
 ]
 
 
