@@ -1138,6 +1138,16 @@ MUTANTS = [
         'return row["val_acc"]',
         ("tests/test_checkpoint_values.py", "-k", "best_pt"),
     ),
+    Mutant(
+        "fp16-scaler-read-under-another-key",
+        "AMP: a resumed fp16 run takes the GradScaler's state back",
+        CHECKPOINT,
+        '    if checkpoint.get("scaler"):\n'
+        '        parts.scaler.load_state_dict(checkpoint["scaler"])',
+        '    if checkpoint.get("grad_scaler"):\n'
+        '        parts.scaler.load_state_dict(checkpoint["grad_scaler"])',
+        ("tests/test_checkpoint_values.py", "-k", "fp16"),
+    ),
 ]
 
 

@@ -1,15 +1,21 @@
 """What the checkpoints hold, by value: best.pt the epoch and the weights of the best row of
-metrics.csv (by train.score) and last.pt the last's. The rendered train.py runs in this
-process."""
+metrics.csv (by train.score) and last.pt the last's; and an fp16 run stopped part-way resumes
+to the very state an unbroken run reaches, the GradScaler's scale and growth tracker too.
+The rendered train.py runs in this process."""
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+import signal
 
 import pytest
 import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from tests.helpers import TINY_RUN, inside, read_metrics, render
+from tests.test_resume import same_training, without_speed
 
 RUN = [*TINY_RUN, "--model", "mlp", "--image-size", "8", "--device", "cpu", "--deterministic"]
 
@@ -65,3 +71,53 @@ def test_best_pt_holds_the_best_rows_epoch_and_weights(
         assert metrics.keys() == {"loss", "acc"}, shown
         for name, value in metrics.items():
             assert float(value) == pytest.approx(row[f"val_{name}"], abs=1e-6), (checkpoint, name)
+
+
+FP16 = [*RUN, "--amp", "fp16", "--synthetic-size", "160", "--epochs", "2", "--log-interval", "1"]
+INIT_SCALE = 2.0**16  # torch's
+# The signal comes as the 11th step that the scaler takes begins: part-way through epoch 2
+# (the scaler skips a step or two of the first 12, whose gradients overflowed).
+STOP_AT = 11
+
+
+def test_an_fp16_run_stopped_part_way_resumes_bit_identically(template, tmp_path, monkeypatch):
+    """The scaler doubles its scale after every 3 steps without overflow (torch's default is
+    2000) and halves it at an overflow: its state moves all along the run, so a resumed run
+    that did not take it back from the checkpoint (a fresh scaler) would not go on the same."""
+    monkeypatch.setattr(
+        torch.amp, "GradScaler", functools.partial(torch.amp.GradScaler, growth_interval=3)
+    )
+    project = render(template, tmp_path / "p", amp="fp16", extras=["preemption"])
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    train_main(project, [*FP16, "--out-dir", whole])
+
+    taken = []
+
+    def stop(optimizer, args, kwargs):  # a scheduler's notice, as step STOP_AT begins
+        taken.append(1)
+        if len(taken) == STOP_AT:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    hook = register_optimizer_step_pre_hook(stop)
+    try:
+        with inside(project):
+            import train
+
+            with pytest.raises(train.Stopped):
+                train.main([*map(str, FP16), "--out-dir", str(stopped)])
+    finally:
+        hook.remove()
+    at_stop = torch.load(stopped / "last.pt", weights_only=True)
+    assert at_stop["progress"]["epoch"] == 1 and at_stop["progress"]["batch"] > 0  # part-way
+    # What the resumed run must take back is not what a fresh scaler has.
+    assert at_stop["scaler"]["scale"] != INIT_SCALE
+    assert at_stop["scaler"]["_growth_tracker"] != 0
+
+    train_main(project, [*FP16, "--out-dir", stopped])
+    same_training(whole / "last.pt", stopped / "last.pt")
+    a = torch.load(whole / "last.pt", weights_only=True)["scaler"]
+    b = torch.load(stopped / "last.pt", weights_only=True)["scaler"]
+    assert (b["scale"], b["_growth_tracker"]) == (a["scale"], a["_growth_tracker"])
+    assert a == b  # its settings too
+    assert a["scale"] != INIT_SCALE  # the scale moved during the run
+    assert without_speed(read_metrics(stopped)) == without_speed(read_metrics(whole))
