@@ -1096,6 +1096,58 @@ MUTANTS = [
         '"torch>=2.4",',
         ("tests/test_floor.py", "-k", "declared"),
     ),
+    # Issue 26: value tests (optimizers, best.pt, fp16 resume)
+    Mutant(
+        "sgd-without-nesterov",
+        "optimizer: SGD with Nesterov momentum",
+        OPTIM,
+        "nesterov=args.momentum > 0)",
+        "nesterov=False)",
+        ("tests/test_optimizer_options.py", "-k", "sgd"),
+    ),
+    Mutant(
+        "adam-betas-dropped",
+        "optimizer: Adam's betas from --beta1 and --beta2",
+        OPTIM,
+        "    options = dict(lr=args.lr, betas=(args.beta1, args.beta2))\n"
+        "    return fused_or_foreach(torch.optim.Adam,",
+        "    options = dict(lr=args.lr)\n    return fused_or_foreach(torch.optim.Adam,",
+        ("tests/test_optimizer_options.py", "-k", "adam"),
+    ),
+    Mutant(
+        "nadam-coupled-weight-decay",
+        "optimizer: NAdam's decoupled weight decay",
+        OPTIM,
+        "betas=(args.beta1, args.beta2), decoupled_weight_decay=True",
+        "betas=(args.beta1, args.beta2)",
+        ("tests/test_optimizer_options.py", "-k", "nadam"),
+    ),
+    Mutant(
+        "best-keeps-the-highest-val-loss",
+        "best.pt: the epoch of the best score, the validation accuracy",
+        TRAIN,
+        '    return row["val_acc"]\n',
+        '    return row["val_loss"]\n',
+        ("tests/test_checkpoint_values.py", "-k", "best_pt"),
+    ),
+    Mutant(
+        "best-ignores-the-ema",
+        "best.pt: with EMA, the epoch of the average's best accuracy",
+        TRAIN,
+        'return row.get("ema_val_acc", row["val_acc"])',
+        'return row["val_acc"]',
+        ("tests/test_checkpoint_values.py", "-k", "best_pt"),
+    ),
+    Mutant(
+        "fp16-scaler-read-under-another-key",
+        "AMP: a resumed fp16 run takes the GradScaler's state back",
+        CHECKPOINT,
+        '    if checkpoint.get("scaler"):\n'
+        '        parts.scaler.load_state_dict(checkpoint["scaler"])',
+        '    if checkpoint.get("grad_scaler"):\n'
+        '        parts.scaler.load_state_dict(checkpoint["grad_scaler"])',
+        ("tests/test_checkpoint_values.py", "-k", "fp16"),
+    ),
 ]
 
 

@@ -1,0 +1,123 @@
+"""What the checkpoints hold, by value: best.pt the epoch and the weights of the best row of
+metrics.csv (by train.score) and last.pt the last's; and an fp16 run stopped part-way resumes
+to the very state an unbroken run reaches, the GradScaler's scale and growth tracker too.
+The rendered train.py runs in this process."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import signal
+
+import pytest
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+from tests.helpers import TINY_RUN, inside, read_metrics, render
+from tests.test_resume import same_training, without_speed
+
+RUN = [*TINY_RUN, "--model", "mlp", "--image-size", "8", "--device", "cpu", "--deterministic"]
+
+
+def train_main(project, flags) -> None:
+    with inside(project):
+        import train
+
+        train.main([str(flag) for flag in flags])
+
+
+# The runs' validation accuracy goes up and down (19 validation images): the best epoch is
+# neither the first nor the last, and neither the one of the highest or lowest loss. With
+# EMA the score is the average's accuracy, whose best epoch (3) is not the weights' (2).
+SCORES = {
+    "accuracy": ([], ["--seed", "0"], "val_acc"),
+    "EMA's accuracy": (["ema"], ["--seed", "11"], "ema_val_acc"),
+}
+
+
+@pytest.mark.parametrize("extras, flags, scored", SCORES.values(), ids=SCORES.keys())
+def test_best_pt_holds_the_best_rows_epoch_and_weights(
+    template, tmp_path, capsys, extras, flags, scored
+):
+    project = render(template, tmp_path / "p", extras=extras)
+    out = tmp_path / "out"
+    train_main(project, [*RUN, *flags, "--epochs", "6", "--out-dir", out])
+    rows = read_metrics(out)
+    assert [row["epoch"] for row in rows] == [1, 2, 3, 4, 5, 6]
+    best_row = max(rows, key=lambda row: row[scored])  # the first of equals: later is no better
+    by = {name: max(rows, key=lambda row: row[name])["epoch"] for name in ("val_acc", "val_loss")}
+    by["lowest val_loss"] = min(rows, key=lambda row: row["val_loss"])["epoch"]
+    # Not trivial: a best.pt of the last epoch, or of another measure, would not pass.
+    assert best_row["epoch"] not in (1, 6, by["val_loss"], by["lowest val_loss"]), (by, rows)
+    if scored != "val_acc":
+        assert best_row["epoch"] != by["val_acc"], rows
+
+    best = torch.load(out / "best.pt", weights_only=True)
+    last = torch.load(out / "last.pt", weights_only=True)
+    assert best["progress"]["epoch"] == best_row["epoch"]
+    assert best["progress"]["best"] == best_row[scored]
+    assert len(best["progress"]["history"]) == best_row["epoch"]
+    assert last["progress"]["epoch"] == 6 and last["progress"]["best"] == best_row[scored]
+    assert any(not torch.equal(best["model"][k], v) for k, v in last["model"].items())
+
+    # Their weights, evaluated afresh, give the metrics of their rows.
+    capsys.readouterr()
+    for checkpoint, row in (("best.pt", best_row), ("last.pt", rows[-1])):
+        evaluated = [*RUN, *flags, "--eval-only", "--init-weights", out / checkpoint]
+        train_main(project, [*evaluated, "--out-dir", tmp_path / f"eval-{checkpoint}"])
+        shown = capsys.readouterr().out.strip().splitlines()[-1]
+        metrics = dict(re.findall(r"val_(\w+) (\S+)", shown))
+        assert metrics.keys() == {"loss", "acc"}, shown
+        for name, value in metrics.items():
+            assert float(value) == pytest.approx(row[f"val_{name}"], abs=1e-6), (checkpoint, name)
+
+
+FP16 = [*RUN, "--amp", "fp16", "--synthetic-size", "160", "--epochs", "2", "--log-interval", "1"]
+INIT_SCALE = 2.0**16  # torch's
+# The signal comes as the 11th step that the scaler takes begins: part-way through epoch 2
+# (the scaler skips a step or two of the first 12, whose gradients overflowed).
+STOP_AT = 11
+
+
+def test_an_fp16_run_stopped_part_way_resumes_bit_identically(template, tmp_path, monkeypatch):
+    """The scaler doubles its scale after every 3 steps without overflow (torch's default is
+    2000) and halves it at an overflow: its state moves all along the run, so a resumed run
+    that did not take it back from the checkpoint (a fresh scaler) would not go on the same."""
+    monkeypatch.setattr(
+        torch.amp, "GradScaler", functools.partial(torch.amp.GradScaler, growth_interval=3)
+    )
+    project = render(template, tmp_path / "p", amp="fp16", extras=["preemption"])
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    train_main(project, [*FP16, "--out-dir", whole])
+
+    taken = []
+
+    def stop(optimizer, args, kwargs):  # a scheduler's notice, as step STOP_AT begins
+        taken.append(1)
+        if len(taken) == STOP_AT:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    hook = register_optimizer_step_pre_hook(stop)
+    try:
+        with inside(project):
+            import train
+
+            with pytest.raises(train.Stopped):
+                train.main([*map(str, FP16), "--out-dir", str(stopped)])
+    finally:
+        hook.remove()
+    at_stop = torch.load(stopped / "last.pt", weights_only=True)
+    assert at_stop["progress"]["epoch"] == 1 and at_stop["progress"]["batch"] > 0  # part-way
+    # What the resumed run must take back is not what a fresh scaler has.
+    assert at_stop["scaler"]["scale"] != INIT_SCALE
+    assert at_stop["scaler"]["_growth_tracker"] != 0
+
+    train_main(project, [*FP16, "--out-dir", stopped])
+    same_training(whole / "last.pt", stopped / "last.pt")
+    a = torch.load(whole / "last.pt", weights_only=True)["scaler"]
+    b = torch.load(stopped / "last.pt", weights_only=True)["scaler"]
+    assert (b["scale"], b["_growth_tracker"]) == (a["scale"], a["_growth_tracker"])
+    assert a == b  # its settings too
+    assert a["scale"] != INIT_SCALE  # the scale moved during the run
+    assert without_speed(read_metrics(stopped)) == without_speed(read_metrics(whole))
