@@ -1148,6 +1148,15 @@ MUTANTS = [
         '        parts.scaler.load_state_dict(checkpoint["grad_scaler"])',
         ("tests/test_checkpoint_values.py", "-k", "fp16"),
     ),
+    # Issue 26: value tests (validation purity, DDP metrics)
+    Mutant(
+        "validation-set-augmented",
+        "data: the validation set is never augmented",
+        DATA,
+        "        train_set.transform = augment(size, hflip)",
+        "        train_set.transform = val_set.transform = augment(size, hflip)",
+        ("tests/test_augmentation.py", "-k", "synthetic"),
+    ),
 ]
 
 
