@@ -1157,6 +1157,14 @@ MUTANTS = [
         "        train_set.transform = val_set.transform = augment(size, hflip)",
         ("tests/test_augmentation.py", "-k", "synthetic"),
     ),
+    Mutant(
+        "train-loss-of-rank-0",
+        "DDP: train_loss is the mean over every process's batches",
+        TRAIN,
+        "        loss_sum, finite = all_reduce_sum(sums.fold().clone()).tolist()",
+        "        loss_sum, finite = sums.fold().tolist()",
+        ("tests/test_ddp.py", "-k", "train_loss_over_all"),
+    ),
 ]
 
 

@@ -12,6 +12,7 @@ import time
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tests.helpers import (
     AMPS,
@@ -24,6 +25,7 @@ from tests.helpers import (
     ruff,
     run,
 )
+from tests.test_device_data import as_process
 from tests.test_matrix import OTHER_ANSWERS, check_nothing_left_out
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
@@ -459,16 +461,65 @@ with open(os.environ["ROUNDS_LOG"], "a") as log:
 """
 
 
-def test_gradients_are_all_reduced_once_per_optimizer_step(ddp_project, tmp_path):
+def test_gradients_are_all_reduced_once_per_optimizer_step_and_train_loss_over_all(
+    ddp_project, tmp_path
+):
     """With --accum-steps 4, DDP all-reduces the gradients only on the micro-batch that ends
     each window (counted by a communication hook around DDP's own all-reduce): 10 batches
-    per process make windows of 4, 4 and 2, so 3 all-reduces, not 10."""
+    per process make windows of 4, 4 and 2, so 3 all-reduces, not 10.
+
+    The same run's train_loss is the mean loss over both processes' batches, which the test
+    computes itself: from weights that the run starts from (--init-weights) and that a
+    learning rate of 1e-30 leaves bit for bit as they are, on each process's share of the
+    training set kept on the device, as that process draws it."""
     wrapper = tmp_path / "count.py"
     wrapper.write_text(ALL_REDUCES_COUNTED)
     log = tmp_path / "rounds.log"
     flags = [*QUICK, "--synthetic-size", "160", "--accum-steps", "4", "--epochs", "1"]
-    flags += ["--out-dir", tmp_path / "o"]
+    flags += ["--model", "mlp", "--lr", "1e-30", "--data-on-device", "on"]
+    with inside(ddp_project):
+        losses, weights = process_losses(flags, tmp_path / "init.pt")
+    flags += ["--init-weights", tmp_path / "init.pt", "--out-dir", tmp_path / "o"]
     env = {**os.environ, "ROUNDS_LOG": str(log)}
     run(*TORCHRUN, wrapper, *flags, cwd=ddp_project, env=env, timeout=300)
     assert sorted(log.read_text().split("\n")[:-1]) == ["0 3", "1 3"]
-    assert torch.load(tmp_path / "o/last.pt", weights_only=True)["progress"]["step"] == 3
+    state = torch.load(tmp_path / "o/last.pt", weights_only=True)
+    assert state["progress"]["step"] == 3
+    for name, tensor in weights.items():  # the losses were those of these weights
+        assert torch.equal(state["model"][name], tensor), name
+    assert [len(share) for share in losses] == [10, 10]
+    every = losses[0] + losses[1]
+    (row,) = read_metrics(tmp_path / "o")
+    assert row["train_loss"] == pytest.approx(sum(every) / len(every), rel=1e-12, abs=0)
+    # Rank 0's share alone is another number, by far more than the rounding.
+    assert abs(sum(losses[0]) / 10 - row["train_loss"]) > 1e-4
+
+
+def process_losses(flags: list[str], weights_file) -> tuple[list[list[float]], dict]:
+    """The loss of each training batch of epoch 1 of each of 2 processes, in float64, with
+    the weights of a freshly built model, which are written to `weights_file` as a checkpoint
+    for --init-weights. Called inside the project."""
+    import train
+    from proj import device_data
+    from proj.checkpoint import FORMAT
+    from proj.data import DeviceBatches, build_dataset
+    from proj.models import build_model
+
+    args = train.get_args_parser().parse_args(flags)
+    train_set, _, info = build_dataset(args)
+    torch.manual_seed(1)
+    model = build_model(args.model, info)
+    torch.save({"format": FORMAT, "model": model.state_dict()}, weights_file)
+    cpu, losses = torch.device("cpu"), []
+    for rank in (0, 1):
+        with as_process(device_data, rank, 2):
+            share = device_data.DeviceData(
+                train_set.images, train_set.labels, args.batch_size, args.seed, info.hflip, cpu
+            )
+        share.set_epoch(0)
+        losses.append([])
+        for inputs, targets in DeviceBatches(share, info, cpu, args.channels_last):
+            with torch.no_grad():
+                loss = F.cross_entropy(model(inputs), targets, label_smoothing=args.label_smoothing)
+            losses[-1].append(loss.double().item())
+    return losses, {name: tensor.clone() for name, tensor in model.state_dict().items()}
