@@ -667,7 +667,7 @@ MUTANTS = [
         TRAIN,
         "    started = time.perf_counter() - progress.elapsed_s",
         "    started = time.perf_counter()",
-        ("tests/test_resume.py", "-k", "preemption and 15"),
+        ("tests/test_resume.py", "-k", "preemption_signal and SIGTERM and process"),
     ),
     # Your own data, model and loss
     Mutant(
