@@ -103,13 +103,32 @@ def test_ddp_project_runs_as_one_process(ddp_project, tmp_path):
 
 
 SAVES_LOGGED = """\
-import os, runpy, sys, time
+import os, runpy, sys
 sys.path.insert(0, os.getcwd())
-import proj.checkpoint
+import proj.checkpoint, proj.preemption
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+
+class Clock:
+    \"\"\"preemption.py's clock: each optimizer step of process RANK takes RANK + 1 seconds.\"\"\"
+
+    seconds = 0.0
+
+    @classmethod
+    def monotonic(cls):
+        return cls.seconds
+
+
+def tick(optimizer, args, kwargs):
+    Clock.seconds += 1 + int(os.environ.get("RANK", 0))
+
+
+register_optimizer_step_post_hook(tick)
+proj.preemption.time = Clock
 real = proj.checkpoint.save_checkpoint
 def logged(state, path):
     with open(os.environ["SAVES_LOG"], "a") as log:
-        log.write(f"{time.monotonic()} {state['progress']['batch']}\\n")
+        log.write(f"{state['progress']['step']} {state['progress']['batch']}\\n")
     real(state, path)
 proj.checkpoint.save_checkpoint = logged
 sys.argv = ["train.py", *sys.argv[1:]]
@@ -119,24 +138,26 @@ runpy.run_path("train.py", run_name="__main__")
 
 @pytest.mark.parametrize("processes", [1, 2])
 def test_save_every_minutes_saves_once_a_period(ddp_project, tmp_path, processes):
-    """--save-every-minutes checkpoints mid-epoch once each period, by one process or by
-    two that agree on it: no sooner than a period after the previous save. (Processes
-    other than the first once kept their clocks from the start, so after the first period
-    the first process saved at every log interval.)"""
-    period = 0.2  # seconds
+    """--save-every-minutes checkpoints mid-epoch once each period of its clock, counted from
+    the previous save, by one process or by two that agree on it: when the first of them
+    reaches its period, both save and count again. The clock is the test's (a second per
+    optimizer step, two on the second process), so the saves fall on known steps whatever the
+    machine's load. (Processes other than the first once kept their clocks from the start,
+    so after the first period the first process saved at every log interval.)"""
     wrapper, log = tmp_path / "logged.py", tmp_path / "saves.log"
     wrapper.write_text(SAVES_LOGGED)
-    flags = [*QUICK, "--model", "mlp", "--synthetic-size", "2400", "--epochs", "1"]
-    flags += ["--log-interval", "1", "--save-every-minutes", str(period / 60)]
+    flags = [*QUICK, "--model", "mlp", "--synthetic-size", "160", "--epochs", "1"]
+    flags += ["--log-interval", "1", "--save-every-minutes", "0.0625"]  # 3.75 seconds
     flags += ["--out-dir", str(tmp_path / "out")]
     launcher = [sys.executable] if processes == 1 else TORCHRUN
-    run(*launcher, wrapper, *flags, cwd=ddp_project, env={**os.environ, "SAVES_LOG": str(log)})
-    saves = [(float(t), int(batch)) for t, batch in map(str.split, log.read_text().splitlines())]
-    mid_epoch = [i for i, (_, batch) in enumerate(saves) if batch > 0]
-    assert mid_epoch, saves  # the epoch lasts several periods
-    for i in mid_epoch:
-        gap = saves[i][0] - saves[i - 1][0] if i > 0 else math.inf
-        assert gap >= period / 2, (gap, saves)  # steps are milliseconds apart
+    env = {**os.environ, "SAVES_LOG": str(log)}
+    run(*launcher, wrapper, *flags, cwd=ddp_project, env=env, timeout=300)
+    saves = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
+    # (step, batch in the epoch) of each checkpoint written; 20 steps alone, 10 by each of
+    # two, whose second process reaches the period every 2 steps.
+    every, steps = (4, 20) if processes == 1 else (2, 10)
+    mid_epoch = [(step, step) for step in range(every, steps + 1, every)]
+    assert saves == [*mid_epoch, (steps, 0), (steps, 0)]  # then best.pt and last.pt
 
 
 @pytest.mark.parametrize("distributed", ["single", "ddp"])
