@@ -476,12 +476,11 @@ def test_a_second_ctrl_c_interrupts_at_once(project):
 
             args = argparse.Namespace(out_dir="runs", save_every_minutes=0)
             with Preemption(args) as stop:
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(0.01)  # the handler runs between bytecodes
+                # To this thread, which has run the handler when raise_signal returns.
+                signal.raise_signal(signal.SIGINT)
                 assert stop.received == "SIGINT"
                 with pytest.raises(KeyboardInterrupt):
-                    os.kill(os.getpid(), signal.SIGINT)
-                    time.sleep(5)
+                    signal.raise_signal(signal.SIGINT)
             assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, previous)
