@@ -336,8 +336,8 @@ def test_killed_rank_fails_the_job_quickly(ddp_project, tmp_path):
     """Rank 1 killed while both train (step 1 is checkpointed: both took part in its save):
     the job ends, naming rank 1, well before torchrun's 30 s of grace would run out on a
     process stuck in a collective."""
-    cmd = [*TORCHRUN, "train.py", "--device", "cpu", "--synthetic-size", "2000"]
-    cmd += ["--workers", "0", "--epochs", "50", "--save-every", "1", "--out-dir", str(tmp_path)]
+    cmd = [*TORCHRUN, "train.py", *QUICK, "--synthetic-size", "2000", "--epochs", "50"]
+    cmd += ["--save-every", "1", "--out-dir", str(tmp_path)]
     job = subprocess.Popen(
         cmd, cwd=ddp_project, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
