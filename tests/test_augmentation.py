@@ -53,7 +53,7 @@ def fashion_mnist(root) -> torch.Tensor:
     return images.unsqueeze(1)
 
 
-def image_folder(root, side: int, size: int) -> torch.Tensor:
+def image_folder(root, side: int, size: int) -> torch.Tensor | None:
     """root/train and root/val, two classes of noise images `side` pixels wide and high;
     returns the validation images' pixels, N x 3 x side x side, in the order read."""
     gen = torch.Generator().manual_seed(0)
