@@ -667,7 +667,7 @@ MUTANTS = [
         TRAIN,
         "    started = time.perf_counter() - progress.elapsed_s",
         "    started = time.perf_counter()",
-        ("tests/test_resume.py", "-k", "preemption and 15"),
+        ("tests/test_resume.py", "-k", "preemption_signal and SIGTERM and process"),
     ),
     # Your own data, model and loss
     Mutant(
@@ -1147,6 +1147,23 @@ MUTANTS = [
         '    if checkpoint.get("grad_scaler"):\n'
         '        parts.scaler.load_state_dict(checkpoint["grad_scaler"])',
         ("tests/test_checkpoint_values.py", "-k", "fp16"),
+    ),
+    # Issue 26: value tests (validation purity, DDP metrics)
+    Mutant(
+        "validation-set-augmented",
+        "data: the validation set is never augmented",
+        DATA,
+        "        train_set.transform = augment(size, hflip)",
+        "        train_set.transform = val_set.transform = augment(size, hflip)",
+        ("tests/test_augmentation.py", "-k", "synthetic"),
+    ),
+    Mutant(
+        "train-loss-of-rank-0",
+        "DDP: train_loss is the mean over every process's batches",
+        TRAIN,
+        "        loss_sum, finite = all_reduce_sum(sums.fold().clone()).tolist()",
+        "        loss_sum, finite = sums.fold().tolist()",
+        ("tests/test_ddp.py", "-k", "train_loss_over_all"),
     ),
 ]
 

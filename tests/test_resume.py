@@ -188,17 +188,27 @@ def test_preemption_signal_checkpoints_and_exits_for_requeue(
     """SLURM's and the cloud's stop signals, and Ctrl-C, to the training process or to its
     whole process group, loader workers included: the step under way finishes, is saved, and
     the run exits with 75 (requeue me) or 130 (interrupted); the same command then resumes to
-    the end an unbroken run reaches."""
+    the end an unbroken run reaches, its elapsed_s counting on from the checkpoint's."""
     out = tmp_path / "preempted"
     cmd = [PY, "train.py", *WITH_WORKERS, "--save-every", "5", "--out-dir", str(out)]
+    start = time.monotonic()
     status = interrupt_at(cmd, project, 7, sig, whom=whom, clean=True)  # during step 8
+    stopped_after = time.monotonic() - start
     assert status == exit_code
     assert checkpoint_step(out / "last.pt") == 8  # that step finished, then saved
-    before = torch.load(out / "last.pt", weights_only=True)["progress"]["elapsed_s"]
+    state = torch.load(out / "last.pt", weights_only=True)
+    assert 0 < state["progress"]["elapsed_s"] < stopped_after  # the run's own time
+    # A count saved far beyond any run's own time: the resumed rows hold it plus no more than
+    # the resumed run's own time, however slow the machine (one that counted from zero
+    # again would need 11 days to reach it).
+    carried = state["progress"]["elapsed_s"] = 1e6
+    torch.save(state, out / "last.pt")
+    start = time.monotonic()
     run(*cmd, cwd=project)
+    resumed_for = time.monotonic() - start
     same_training(whole_with_workers / "last.pt", out / "last.pt")
     rows = read_metrics(out)
-    assert rows[0]["elapsed_s"] > before > 0  # the resumed run carried on the count
+    assert carried < rows[0]["elapsed_s"] <= rows[1]["elapsed_s"] < carried + resumed_for
     assert all(row["samples_per_s"] > 0 for row in rows)  # both epochs trained some steps
 
 
@@ -466,12 +476,11 @@ def test_a_second_ctrl_c_interrupts_at_once(project):
 
             args = argparse.Namespace(out_dir="runs", save_every_minutes=0)
             with Preemption(args) as stop:
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(0.01)  # the handler runs between bytecodes
+                # To this thread, which has run the handler when raise_signal returns.
+                signal.raise_signal(signal.SIGINT)
                 assert stop.received == "SIGINT"
                 with pytest.raises(KeyboardInterrupt):
-                    os.kill(os.getpid(), signal.SIGINT)
-                    time.sleep(5)
+                    signal.raise_signal(signal.SIGINT)
             assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, previous)

@@ -6,12 +6,10 @@ from __future__ import annotations
 import argparse
 import functools
 import math
-import random
 import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -497,41 +495,76 @@ def test_one_bad_micro_batch_skips_its_whole_window(project, tmp_path, nan_at):
 
 
 WRITER = """
-import sys, torch
+import io, os, sys, time, torch
 sys.path.insert(0, sys.argv[1])
-from proj.checkpoint import save_checkpoint
 from pathlib import Path
-path = Path(sys.argv[2])
-i = 0
-while True:
-    i += 1
-    save_checkpoint({"model": {"w": torch.full((4_000_000,), float(i))}, "i": i}, path)
-    print(i, flush=True)
+from proj.checkpoint import save_checkpoint
+
+path, where = Path(sys.argv[2]), sys.argv[3]
+
+
+def checkpoint(i):
+    return {"model": {"w": torch.full((1_000_000,), float(i))}, "i": i}
+
+
+def hold(*args):
+    print("held", flush=True)
+    time.sleep(300)
+
+
+def part_written(state, f):
+    whole = io.BytesIO()
+    real_save(state, whole)
+    f.write(whole.getvalue()[: int(float(where) * len(whole.getvalue()))])
+    f.flush()
+    hold()
+
+
+def renamed(source, target):
+    real_replace(source, target)
+    hold()
+
+
+save_checkpoint(checkpoint(1), path)
+real_save, real_replace = torch.save, os.replace
+if where == "fsync":
+    os.fsync = hold
+elif where == "rename":
+    os.replace = renamed
+else:
+    torch.save = part_written
+save_checkpoint(checkpoint(2), path)
 """
+# Where a writer is held and killed while it writes checkpoint 2 over checkpoint 1: part-way
+# through the bytes (none of them, half, all but the last), before they are flushed to the
+# disk, after the rename (the folder not yet flushed); and which checkpoint the file must be.
+KILLED_AT = {"0": 1, "0.5": 1, "0.9999": 1, "fsync": 1, "rename": 2}
 
 
 def test_kill_9_during_checkpoint_writes_leaves_a_loadable_one(project, tmp_path):
-    """Writers killed at random moments: the file left is always the old or the new one."""
+    """Writers killed at known moments of a write (held there, never on timing luck): the
+    file left is always the old checkpoint or the new one, whole."""
     from importlib import import_module
 
     path = tmp_path / "last.pt"
-    rng = random.Random(0)
-    kills = 10
     with inside(project):
         load_checkpoint = import_module("proj.checkpoint").load_checkpoint
-        for _ in range(kills):
+        for where, expected in KILLED_AT.items():
             writer = subprocess.Popen(
-                [PY, "-c", WRITER, str(project), str(path)], stdout=subprocess.PIPE, text=True
+                [PY, "-c", WRITER, str(project), str(path), where],
+                stdout=subprocess.PIPE,
+                text=True,
             )
-            writer.stdout.readline()  # at least one checkpoint is complete
-            time.sleep(rng.uniform(0, 0.5))
-            writer.send_signal(signal.SIGKILL)
-            writer.wait()
+            try:
+                assert writer.stdout.readline() == "held\n", where
+            finally:
+                writer.send_signal(signal.SIGKILL)
+                writer.wait()
             state = load_checkpoint(path)
             value = state["model"]["w"]
-            assert torch.all(value == value[0]) and value[0] == state["i"]
+            assert state["i"] == expected and torch.all(value == expected), where
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "last.pt"]
-    assert all(name.startswith(".last.pt.") for name in leftovers)  # only temporary files
+    assert leftovers and all(name.startswith(".last.pt.") for name in leftovers)  # temporary
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "nadam"])
