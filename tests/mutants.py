@@ -1096,6 +1096,47 @@ MUTANTS = [
         '"torch>=2.4",',
         ("tests/test_floor.py", "-k", "declared"),
     ),
+    # Issue 26: the sweep (value assertions for existence checks)
+    Mutant(
+        "batches-cross-as-float",
+        "loader batches cross to the device as uint8, made float there",
+        DATA,
+        "        inputs = inputs.to(self.device, non_blocking=True)",
+        "        inputs = inputs.float().to(self.device, non_blocking=True)",
+        ("tests/test_loading.py", "-k", "cross"),
+    ),
+    Mutant(
+        "batch-copies-block",
+        "copies to the device are asynchronous (non_blocking, from pinned memory)",
+        DATA,
+        "        inputs = inputs.to(self.device, non_blocking=True)",
+        "        inputs = inputs.to(self.device)",
+        ("tests/test_loading.py", "-k", "cross"),
+    ),
+    Mutant(
+        "memory-never-pinned",
+        "pinned memory on CUDA",
+        DATA,
+        '"pin_memory": device.type == "cuda"',
+        '"pin_memory": False',
+        ("tests/test_loading.py", "-k", "pins"),
+    ),
+    Mutant(
+        "validation-batches-as-small-as-training",
+        "validation batches twice the training batch (no gradients to hold)",
+        DATA,
+        "val_loader = DataLoader(val_set, args.batch_size * 2, sampler=val_sampler, **options)",
+        "val_loader = DataLoader(val_set, args.batch_size, sampler=val_sampler, **options)",
+        ("tests/test_loading.py", "-k", "pins"),
+    ),
+    Mutant(
+        "cudnn-tf32-when-deterministic",
+        "--deterministic turns TF32 off in cuDNN too",
+        UTILS,
+        "    torch.backends.cudnn.allow_tf32 = not deterministic\n",
+        "",
+        ("tests/test_loading.py", "-k", "deterministic"),
+    ),
 ]
 
 
