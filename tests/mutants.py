@@ -1137,6 +1137,38 @@ MUTANTS = [
         "",
         ("tests/test_loading.py", "-k", "deterministic"),
     ),
+    Mutant(
+        "loader-order-ignores-the-seed",
+        "the training order is fixed by (--seed, epoch)",
+        DATA,
+        "    sampler = TrainSampler(len(train_set), args.seed)",
+        "    sampler = TrainSampler(len(train_set), 0)",
+        ("tests/test_device_data.py", "-k", "new_order"),
+    ),
+    Mutant(
+        "device-data-order-ignores-the-seed",
+        "the on-device training order is fixed by (--seed, epoch)",
+        DATA,
+        "DeviceData(*tensors, args.batch_size, args.seed, info.hflip, device)",
+        "DeviceData(*tensors, args.batch_size, 0, info.hflip, device)",
+        ("tests/test_device_data.py", "-k", "new_order"),
+    ),
+    Mutant(
+        "device-data-held-as-float",
+        "the on-device training set is kept as uint8",
+        DEVICE_DATA,
+        "self.images, self.labels = images.to(device), labels.to(device)",
+        "self.images, self.labels = images.float().to(device), labels.to(device)",
+        ("tests/test_device_data.py", "-k", "uint8"),
+    ),
+    Mutant(
+        "device-data-takes-all-free-memory",
+        "--data-on-device auto on CUDA: a quarter of the free memory at most",
+        DEVICE_DATA,
+        "return tensors[0].nbytes < free // 4",
+        "return tensors[0].nbytes < free",
+        ("tests/test_device_data.py", "-k", "uint8"),
+    ),
 ]
 
 
