@@ -1169,6 +1169,30 @@ MUTANTS = [
         "return tensors[0].nbytes < free",
         ("tests/test_device_data.py", "-k", "uint8"),
     ),
+    Mutant(
+        "epoch-loss-of-the-last-fold",
+        "train_loss: the mean over the whole epoch, added up at every log interval",
+        CHECKPOINT,
+        "            self.totals += torch.stack(",
+        "            self.totals = torch.stack(",
+        ("tests/test_training_step.py", "-k", "smoothing"),
+    ),
+    Mutant(
+        "accuracy-as-a-fraction",
+        "val_acc in percent",
+        TRAIN,
+        '"acc": 100 * (outputs.argmax(1) == targets).sum(),',
+        '"acc": (outputs.argmax(1) == targets).sum(),',
+        ("tests/test_training_step.py", "-k", "smoothing"),
+    ),
+    Mutant(
+        "logged-lr-is-the-peak",
+        "metrics.csv: the learning rate the schedule reached",
+        TRAIN,
+        "row.update(lr=parts.scheduler.get_last_lr()[0], samples_per_s=speed)",
+        "row.update(lr=args.lr, samples_per_s=speed)",
+        ("tests/test_schedules.py", "-k", "more_epochs"),
+    ),
 ]
 
 

@@ -15,7 +15,7 @@ from torch.optim.optimizer import (
     register_optimizer_step_pre_hook,
 )
 
-from tests.helpers import inside, render
+from tests.helpers import inside, read_metrics, render
 
 FLAGS = ["--device", "cpu", "--model", "mlp", "--image-size", "8"]
 FLAGS += ["--workers", "0", "--batch-size", "16", "--epochs", "1"]
@@ -112,10 +112,12 @@ def test_accumulated_micro_batches_step_as_one_large_batch(sgd_projects, tmp_pat
 
 def test_label_smoothing_is_in_the_training_loss_only(sgd_projects, tmp_path, monkeypatch):
     """Every training loss is the smoothed cross-entropy of its batch; validation losses are
-    plain, as they are compared across runs."""
+    plain, as they are compared across runs. metrics.csv logs their means: the training loss
+    over the epoch's 4 steps (added up at each step here, --log-interval 1), the validation
+    loss and accuracy over its 12 images."""
     import torch.nn.functional as F
 
-    training, validation = [], []
+    training, validation, correct = [], [], []
     real = F.cross_entropy
 
     def spy(logits, targets, *args, **kwargs):
@@ -125,17 +127,24 @@ def test_label_smoothing_is_in_the_training_loss_only(sgd_projects, tmp_path, mo
         if kwargs.get("reduction") == "sum":
             smoothed, plain = smoothed * len(targets), plain * len(targets)
         (training if torch.is_grad_enabled() else validation).append((loss, smoothed, plain))
+        if not torch.is_grad_enabled():
+            correct.append((logits.argmax(1) == targets).sum().item())
         return loss
 
     monkeypatch.setattr(F, "cross_entropy", spy)
-    flags = [*FLAGS, "--synthetic-size", "64", "--label-smoothing", "0.3"]
+    flags = [*FLAGS, "--synthetic-size", "64", "--label-smoothing", "0.3", "--log-interval", "1"]
     train_main(sgd_projects["off"], [*flags, "--out-dir", str(tmp_path)])
-    assert training and validation
+    assert (len(training), len(validation)) == (4, 1)
     for loss, smoothed, plain in training:
         torch.testing.assert_close(loss.detach(), smoothed)
         assert not torch.isclose(loss.detach(), plain)
     for loss, _, plain in validation:
         torch.testing.assert_close(loss, plain)
+    [row] = read_metrics(tmp_path)
+    mean = sum(loss.item() for loss, _, _ in training) / len(training)
+    assert row["train_loss"] == pytest.approx(mean, rel=1e-12)
+    assert row["val_loss"] == pytest.approx(sum(v.item() for v, _, _ in validation) / 12, rel=1e-12)
+    assert row["val_acc"] == pytest.approx(100 * sum(correct) / 12, rel=1e-12)
 
 
 def test_gradients_are_clipped_at_norm_1_by_default(sgd_projects):
