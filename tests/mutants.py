@@ -1193,6 +1193,30 @@ MUTANTS = [
         "row.update(lr=args.lr, samples_per_s=speed)",
         ("tests/test_schedules.py", "-k", "more_epochs"),
     ),
+    Mutant(
+        "tensorboard-scalars-without-epochs",
+        "TensorBoard: each epoch's scalars at that epoch",
+        LOGGER,
+        'self.writer.add_scalar(name, value, row["epoch"])',
+        "self.writer.add_scalar(name, value)",
+        ("tests/test_matrix.py", "-k", "off-sgd-cosine_restarts"),
+    ),
+    Mutant(
+        "model-channels-last-by-another-flag",
+        "channels_last: the model's kernels",
+        TRAIN,
+        "memory_format = torch.channels_last if args.channels_last else torch.preserve_format",
+        "memory_format = torch.channels_last if args.compile else torch.preserve_format",
+        ("tests/test_matrix.py", "-k", "off-sgd-cosine_restarts"),
+    ),
+    Mutant(
+        "training-batches-not-channels-last",
+        "channels_last: the training batches",
+        TRAIN,
+        "batches = DeviceBatches(train_loader, info, device, args.channels_last)",
+        "batches = DeviceBatches(train_loader, info, device, False)",
+        ("tests/test_matrix.py", "-k", "off-sgd-cosine_restarts"),
+    ),
 ]
 
 
