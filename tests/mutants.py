@@ -1217,6 +1217,30 @@ MUTANTS = [
         "batches = DeviceBatches(train_loader, info, device, False)",
         ("tests/test_matrix.py", "-k", "off-sgd-cosine_restarts"),
     ),
+    Mutant(
+        "ema-metrics-of-the-raw-model",
+        "EMA: ema_val_ metrics evaluate the average",
+        TRAIN,
+        "ema_val = evaluation(parts.ema.module)",
+        "ema_val = evaluation(parts.model)",
+        ("tests/test_resume.py", "-k", "average_missing"),
+    ),
+    Mutant(
+        "ema-decay-flag-ignored",
+        "EMA: --ema-decay",
+        TRAIN,
+        '"EMA(raw_model, args.ema_decay)"',
+        '"EMA(raw_model, 0.999)"',
+        ("tests/test_resume.py", "-k", "average_missing"),
+    ),
+    Mutant(
+        "ema-started-again-with-the-default-decay",
+        "EMA: an average started on resume takes --ema-decay",
+        CHECKPOINT,
+        "parts.ema = EMA(parts.raw_model, parts.ema.decay)",
+        "parts.ema = EMA(parts.raw_model, 0.999)",
+        ("tests/test_resume.py", "-k", "average_missing"),
+    ),
 ]
 
 
