@@ -1241,6 +1241,22 @@ MUTANTS = [
         "parts.ema = EMA(parts.raw_model, 0.999)",
         ("tests/test_resume.py", "-k", "average_missing"),
     ),
+    Mutant(
+        "epoch-sums-carried-over",
+        "train_loss: each epoch's own (its sums start again from 0)",
+        TRAIN,
+        "        sums.start_epoch()\n",
+        "",
+        ("tests/test_robustness.py", "-k", "weights_only_loads"),
+    ),
+    Mutant(
+        "guard-count-not-resumed",
+        "nonfinite_steps: a resumed epoch counts the steps skipped before the checkpoint",
+        CHECKPOINT,
+        '    if "guard" in own:',
+        "    if False:",
+        ("tests/test_robustness.py", "-k", "counts_the_bad_steps"),
+    ),
 ]
 
 
