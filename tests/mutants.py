@@ -1257,6 +1257,22 @@ MUTANTS = [
         "    if False:",
         ("tests/test_robustness.py", "-k", "counts_the_bad_steps"),
     ),
+    Mutant(
+        "lr-sweep-stops-a-step-short",
+        "LR finder: the sweep reaches --find-lr-end at its last step",
+        FINDERS,
+        "growth = (end / start) ** (1 / (steps - 1))",
+        "growth = (end / start) ** (1 / steps)",
+        ("tests/test_finders.py", "-k", "starts_too_high"),
+    ),
+    Mutant(
+        "lr-sweep-goes-on-past-divergence",
+        "LR finder: the sweep stops where the smoothed loss passes 4 times its lowest",
+        FINDERS,
+        "if not math.isfinite(smoothed[-1]) or smoothed[-1] > DIVERGED * best:",
+        "if not math.isfinite(smoothed[-1]):",
+        ("tests/test_finders.py", "-k", "starts_too_high"),
+    ),
 ]
 
 
