@@ -1273,6 +1273,14 @@ MUTANTS = [
         "if not math.isfinite(smoothed[-1]):",
         ("tests/test_finders.py", "-k", "starts_too_high"),
     ),
+    Mutant(
+        "gradients-zero-filled",
+        "gradients freed after each step (set_to_none), not filled with zeros",
+        TRAIN,
+        "    parts.optimizer.zero_grad(set_to_none=True)",
+        "    parts.optimizer.zero_grad(set_to_none=False)",
+        ("tests/test_training_step.py", "-k", "accumulated"),
+    ),
 ]
 
 
