@@ -1281,6 +1281,14 @@ MUTANTS = [
         "    parts.optimizer.zero_grad(set_to_none=False)",
         ("tests/test_training_step.py", "-k", "accumulated"),
     ),
+    Mutant(
+        "bf16-autocast-inverted",
+        "AMP: --amp bf16 runs the forward passes in bfloat16, --amp off in float32",
+        TRAIN,
+        'dtype = torch.bfloat16 if args.amp == "bf16" else None',
+        'dtype = torch.bfloat16 if args.amp != "bf16" else None',
+        ("tests/test_matrix.py", "-k", "bf16-adam-step"),
+    ),
 ]
 
 

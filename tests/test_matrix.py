@@ -152,16 +152,21 @@ def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
     if amp != "off":
         flags += ["--amp", amp]
     layouts = []  # of each batch that reaches the model's first convolution: channels_last?
+    precisions = set()  # of what the models' linear layers compute
 
-    def first_convolution(module, inputs):
+    def watch(module, inputs, output):
         if isinstance(module, torch.nn.Conv2d) and module.in_channels == 3:
             layouts.append(inputs[0].is_contiguous(memory_format=torch.channels_last))
+        if isinstance(module, torch.nn.Linear):
+            precisions.add(output.dtype)
 
-    hook = torch.nn.modules.module.register_module_forward_pre_hook(first_convolution)
+    hook = torch.nn.modules.module.register_module_forward_hook(watch)
     try:
         rows = train(project, *flags)
     finally:
         hook.remove()
+    # Autocast runs the forward passes, training's and evaluation's, in --amp's precision.
+    assert precisions == {{"off": torch.float32, "bf16": torch.bfloat16}.get(amp, torch.float16)}
     assert [row["epoch"] for row in rows] == list(range(1, answers["epochs"] + 1))
     for row in rows:
         assert math.isfinite(row["train_loss"]) and math.isfinite(row["val_loss"])
