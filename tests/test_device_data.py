@@ -145,6 +145,23 @@ def test_auto_keeps_in_memory_sets_on_a_cpu_and_loads_image_folders(
     assert not device_module.keep_on_device(tensors, "auto", torch.device("meta"))
 
 
+def test_a_set_kept_on_the_device_stays_uint8_in_a_quarter_of_the_free_memory(
+    device_module, monkeypatch
+):
+    """The images are kept as the bytes they are (a quarter of float32), not copied where
+    they already are; on CUDA, auto keeps a set that takes less than a quarter of the free
+    memory (the rest stays the model's), here with the free memory as CUDA would report it."""
+    images = torch.randint(256, (20, 3, 8, 8), dtype=torch.uint8)
+    data = device_module.DeviceData(images, torch.arange(20), 4, 0, 0.5, torch.device("cpu"))
+    assert data.images.dtype == torch.uint8 and data.images.data_ptr() == images.data_ptr()
+    tensors, cuda = (images, torch.arange(20)), torch.device("cuda")
+    for free, kept in ((4 * images.nbytes + 4, True), (4 * images.nbytes + 3, False)):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device, free=free: (free, 2 * free))
+        assert device_module.keep_on_device(tensors, "auto", cuda) is kept, free
+        assert device_module.keep_on_device(tensors, "on", cuda) is True
+        assert device_module.keep_on_device(tensors, "off", cuda) is False
+
+
 def test_in_memory_tensors_of_torchvision_sets_and_not_of_other_sets(data_module):
     """CIFAR holds N x H x W x C arrays and MNIST N x H x W tensors; both come out as
     N x C x H x W uint8. A set of one's own with `data` and `targets` is left to the loader,
@@ -287,14 +304,27 @@ def test_ddp_processes_shuffle_anew_each_epoch(ddp_data_module):
     )
 
 
+def shuffled(labels: torch.Tensor, seed: int, epoch: int, loader: bool) -> list[list[int]]:
+    """The labels in batches of 16, in the order that (seed, epoch) fixes: a permutation drawn
+    from a generator seeded with seed * 100_003 + epoch, after the augmentation seeds of each
+    item on the loader path (the sampler draws those first)."""
+    gen = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    if loader:
+        torch.randint(2**62, (len(labels),), generator=gen)
+    return labels[torch.randperm(len(labels), generator=gen)].view(-1, 16).tolist()
+
+
 @pytest.mark.parametrize("on_device", ["on", "off"])
 def test_the_training_loop_starts_each_epoch_with_a_new_order(template, tmp_path, on_device):
-    """train.py tells its sampler (or on-device set) the epoch: the targets of its batches,
-    in order, differ between epochs."""
+    """train.py tells its sampler (or on-device set) --seed and the epoch: the targets of its
+    batches are, in order, those of the shuffle that (seed, epoch) fixes, new each epoch."""
     project = render(template, tmp_path / "p")
     epochs = []
     with inside(project):
         import train
+        from proj.data import SyntheticImages
+
+        labels = SyntheticImages(64, 8).labels
 
         real = train.train_one_epoch
 
@@ -305,6 +335,7 @@ def test_the_training_loop_starts_each_epoch_with_a_new_order(template, tmp_path
         train.train_one_epoch = recording
         flags = ["--device", "cpu", "--synthetic-size", "64", "--image-size", "8"]
         flags += ["--batch-size", "16", "--epochs", "3", "--workers", "0", "--model", "mlp"]
-        train.main([*flags, "--data-on-device", on_device, "--out-dir", str(tmp_path / "o")])
-    assert len(epochs) == 3
+        flags += ["--seed", "5", "--data-on-device", on_device]
+        train.main([*flags, "--out-dir", str(tmp_path / "o")])
+    assert epochs == [shuffled(labels, 5, epoch, on_device == "off") for epoch in range(3)]
     assert len({str(order) for order in epochs}) == 3, "an epoch repeated another's order"

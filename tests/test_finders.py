@@ -4,6 +4,7 @@ limit."""
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import runpy
@@ -159,10 +160,28 @@ def test_resume_with_batch_size_auto_scales_the_lr_as_the_start_did(projects, ca
 
 
 def test_a_sweep_that_starts_too_high_says_so(projects, capsys):
+    """The default sweep, read back from lr_find.csv: 100 learning rates from 1e-7 up by the
+    same factor to 10 (or fewer, stopped where the smoothed loss passed 4 times its lowest),
+    the bias-corrected moving average of the losses (weight 0.9 on the past), and the
+    suggestion a tenth of the rate of its lowest point. A sweep that starts too high says so."""
     project = projects("sgd")
     runs = project / "runs"
     main(project, *FAST, "--find-lr", "--out-dir", runs / "sweep")
-    assert "very start" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "very start" not in out
+    with (runs / "sweep/lr_find.csv").open(newline="") as f:
+        rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    lrs, losses = [row["lr"] for row in rows], [row["loss"] for row in rows]
+    assert lrs == pytest.approx([1e-7 * 1e8 ** (k / 99) for k in range(len(rows))], rel=1e-12)
+    average, smoothed = 0.0, []
+    for k, loss in enumerate(losses):
+        average = 0.9 * average + 0.1 * loss
+        smoothed.append(average / (1 - 0.9 ** (k + 1)))
+    assert [row["smoothed_loss"] for row in rows] == pytest.approx(smoothed, rel=1e-12)
+    lowest = min(range(len(rows)), key=smoothed.__getitem__)
+    assert all(smoothed[k] <= 4 * min(smoothed[: k + 1]) for k in range(len(rows) - 1))
+    assert len(rows) == 100 or not smoothed[-1] <= 4 * min(smoothed[:-1])
+    assert suggested_lr(out) == float(f"{lrs[lowest] / 10:.3g}")
     main(project, *FAST, "--find-lr", "--find-lr-start", "1", "--out-dir", runs / "high")
     out = capsys.readouterr().out
     assert "the loss was lowest at the very start" in out and "lower --find-lr-start" in out

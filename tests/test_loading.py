@@ -1,11 +1,14 @@
 """How the loader path is set up (workers capped by the CPUs, persistent workers and
-prefetching, pinned memory only on CUDA) and what --deterministic switches (cudnn.benchmark
-and TF32 off, deterministic algorithms on)."""
+prefetching, pinned memory only on CUDA, batches that cross to the device as uint8 without
+blocking) and what --deterministic switches (cudnn.benchmark and TF32 off, deterministic
+algorithms on). On a CPU these choices give the same numbers either way: the loaders the
+code builds and the copies it makes are watched instead."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import unittest.mock
 
 import pytest
@@ -40,8 +43,42 @@ def test_loader_keeps_its_workers_and_pins_memory_only_on_cuda(project):
         assert train_loader.num_workers == 2 and train_loader.persistent_workers
         assert train_loader.prefetch_factor == 4 and train_loader.drop_last
         assert not train_loader.pin_memory and not val_loader.pin_memory
+        # Validation: the same workers, batches twice as large (no gradients to hold).
+        assert (val_loader.num_workers, val_loader.batch_size) == (2, 16)
         alone, _, _ = data.build_loaders(train_set, val_set, info, loader_args("0"), cpu)
         assert alone.num_workers == 0 and not alone.persistent_workers
+        # On CUDA both loaders pin their batches, for asynchronous copies to the GPU (the
+        # loaders are only built here: nothing touches a GPU).
+        with unittest.mock.patch.object(data, "cpu_count", return_value=2):
+            cuda = torch.device("cuda")
+            train_loader, val_loader, _ = data.build_loaders(
+                train_set, val_set, info, loader_args(), cuda
+            )
+        assert train_loader.pin_memory and val_loader.pin_memory
+
+
+def test_batches_cross_to_the_device_as_uint8_without_blocking(project, monkeypatch):
+    """The loader's uint8 images cross to the device as they are (a quarter of float32's
+    bytes), copied with non_blocking=True (asynchronous from pinned memory), and become
+    normalised floats there."""
+    copies, real_to = [], torch.Tensor.to
+
+    def to(tensor, *args, **kwargs):
+        copies.append((tensor.dtype, args, kwargs))
+        return real_to(tensor, *args, **kwargs)
+
+    with inside(project):
+        data = importlib.import_module("proj.data")
+        info = data.DataInfo(10, (3, 8, 8), mean=(60.0, 120.0, 180.0), std=(30.0, 60.0, 90.0))
+        cpu = torch.device("cpu")
+        images = torch.randint(256, (4, 3, 8, 8), dtype=torch.uint8)
+        batches = data.DeviceBatches([(images, torch.arange(4))], info, cpu, False)
+        monkeypatch.setattr(torch.Tensor, "to", to)
+        [(inputs, targets)] = list(batches)
+        monkeypatch.undo()
+    sent = {"non_blocking": True}
+    assert copies == [(torch.uint8, (cpu,), sent), (torch.int64, (cpu,), sent)]
+    assert inputs.dtype == torch.float32 and torch.equal(targets, torch.arange(4))
 
 
 def test_workers_are_capped_by_the_cpus(project, tmp_path, capsys):
@@ -58,13 +95,17 @@ def test_workers_are_capped_by_the_cpus(project, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
-def test_deterministic_switches_off_the_fast_nondeterministic_kernels(project, deterministic):
+def test_deterministic_switches_off_the_fast_nondeterministic_kernels(
+    project, deterministic, monkeypatch
+):
     saved = (
         torch.backends.cudnn.benchmark,
         torch.backends.cudnn.deterministic,
         torch.backends.cuda.matmul.allow_tf32,
         torch.are_deterministic_algorithms_enabled(),
+        torch.backends.cudnn.allow_tf32,
     )
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     try:
         with inside(project):
             utils = importlib.import_module("proj.utils")
@@ -72,9 +113,14 @@ def test_deterministic_switches_off_the_fast_nondeterministic_kernels(project, d
         assert torch.backends.cudnn.benchmark is not deterministic  # fixed shapes: fastest
         assert torch.backends.cudnn.deterministic is deterministic
         assert torch.backends.cuda.matmul.allow_tf32 is not deterministic
+        assert torch.backends.cudnn.allow_tf32 is not deterministic
         assert torch.are_deterministic_algorithms_enabled() is deterministic
+        # cuBLAS is reproducible only with a fixed workspace, read when its first handle is made.
+        expected = ":4096:8" if deterministic else None
+        assert os.environ.get("CUBLAS_WORKSPACE_CONFIG") == expected
         assert torch.initial_seed() == 3
     finally:
         torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved[:2]
         torch.backends.cuda.matmul.allow_tf32 = saved[2]
         torch.use_deterministic_algorithms(saved[3])
+        torch.backends.cudnn.allow_tf32 = saved[4]

@@ -12,6 +12,7 @@ import math
 import re
 
 import pytest
+import torch
 
 from tests.helpers import (
     AMPS,
@@ -150,7 +151,22 @@ def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
         flags += ["--workers", "0"]  # worker processes are slow to start; a few runs suffice
     if amp != "off":
         flags += ["--amp", amp]
-    rows = train(project, *flags)
+    layouts = []  # of each batch that reaches the model's first convolution: channels_last?
+    precisions = set()  # of what the models' linear layers compute
+
+    def watch(module, inputs, output):
+        if isinstance(module, torch.nn.Conv2d) and module.in_channels == 3:
+            layouts.append(inputs[0].is_contiguous(memory_format=torch.channels_last))
+        if isinstance(module, torch.nn.Linear):
+            precisions.add(output.dtype)
+
+    hook = torch.nn.modules.module.register_module_forward_hook(watch)
+    try:
+        rows = train(project, *flags)
+    finally:
+        hook.remove()
+    # Autocast runs the forward passes, training's and evaluation's, in --amp's precision.
+    assert precisions == {{"off": torch.float32, "bf16": torch.bfloat16}.get(amp, torch.float16)}
     assert [row["epoch"] for row in rows] == list(range(1, answers["epochs"] + 1))
     for row in rows:
         assert math.isfinite(row["train_loss"]) and math.isfinite(row["val_loss"])
@@ -165,9 +181,36 @@ def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
     for extra in ("preemption", "guard", "device_data"):
         assert (project / f"proj/{extra}.py").is_file() == (extra in extras)
     assert (project / "runs/test/tensorboard").is_dir() == ("tensorboard" in extras)
+    if "tensorboard" in extras:
+        check_tensorboard(project / "runs/test/tensorboard", rows)
     assert (project / "proj/finders.py").is_file() == ("finders" in extras)
     assert (project / "proj/ema.py").is_file() == ("ema" in extras)
+    if answers["data"] == "images":  # the answer is the default of --channels-last
+        check_channels_last(project, layouts, answers["channels_last"])
     check_state_flags(project, scheduler)
+
+
+def check_channels_last(project, layouts: list[bool], channels_last: bool) -> None:
+    """With channels_last the batches and the kernels are in that layout, else neither is
+    (on a CPU the numbers are the same either way: the layouts are watched)."""
+    assert layouts and set(layouts) == {channels_last}
+    state = torch.load(project / "runs/test/last.pt", weights_only=True)
+    kernels = [t for t in state["model"].values() if t.ndim == 4 and t.shape[-1] > 1]  # not 1x1
+    assert kernels
+    assert {t.is_contiguous(memory_format=torch.channels_last) for t in kernels} == {channels_last}
+
+
+def check_tensorboard(folder, rows: list[dict]) -> None:
+    """TensorBoard holds metrics.csv's numbers: a scalar per column, one value per epoch."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder)).Reload()
+    columns = [name for name in rows[0] if name != "epoch"]
+    assert sorted(events.Tags()["scalars"]) == sorted(columns)
+    for name in columns:
+        logged = [(event.step, event.value) for event in events.Scalars(name)]
+        expected = [(row["epoch"], pytest.approx(row[name], rel=1e-6)) for row in rows]
+        assert logged == expected, name
 
 
 def check_state_flags(project, scheduler: str) -> None:

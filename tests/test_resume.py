@@ -397,17 +397,18 @@ def test_checkpoints_of_format_1_are_upgraded(project):
 
 
 def test_an_average_missing_from_the_checkpoint_starts_from_the_loaded_weights(
-    project, tmp_path, monkeypatch
+    project, tmp_path, monkeypatch, capsys
 ):
     """A checkpoint without an average of the weights (written before the ema extra was
     chosen) resumes with an average that starts from the weights it loaded, not from the
-    freshly initialised ones."""
+    freshly initialised ones, with the --ema-decay given. The ema_val_ metrics are those of
+    the average: --eval-only of its weights reports them."""
     flags = [*RUN[1:], "--workers", "0", "--model", "mlp", "--out-dir", str(tmp_path)]
     run(PY, "train.py", *flags, "--epochs", "1", cwd=project)
     saved = torch.load(tmp_path / "last.pt", weights_only=True)
     saved["ema"] = None
     torch.save(saved, tmp_path / "older.pt")
-    averaged_from = []
+    averaged_from, decays = [], set()
     with inside(project):
         import train
 
@@ -416,12 +417,23 @@ def test_an_average_missing_from_the_checkpoint_starts_from_the_loaded_weights(
         def first_update(ema, model):
             if not averaged_from:
                 averaged_from.append({k: v.clone() for k, v in ema.module.state_dict().items()})
+            decays.add(ema.decay)
             update(ema, model)
 
         monkeypatch.setattr(train.EMA, "update", first_update)
-        train.main([*flags, "--epochs", "2", "--resume", str(tmp_path / "older.pt")])
+        resume = ["--resume", str(tmp_path / "older.pt"), "--ema-decay", "0.9"]
+        train.main([*flags, "--epochs", "2", *resume])
+        state = torch.load(tmp_path / "last.pt", weights_only=True)
+        torch.save({**state, "model": state["ema"]["module"]}, tmp_path / "average.pt")
+        capsys.readouterr()
+        train.main([*flags, "--eval-only", "--init-weights", str(tmp_path / "average.pt")])
     tensors_equal(averaged_from[0], saved["model"])
-    assert "ema_val_acc" in read_metrics(tmp_path)[-1]
+    assert decays == {0.9}
+    row = read_metrics(tmp_path)[-1]
+    loss, acc = map(float, capsys.readouterr().out.split()[1:4:2])
+    assert loss == pytest.approx(row["ema_val_loss"], abs=1e-6)
+    assert acc == pytest.approx(row["ema_val_acc"], abs=1e-6)
+    assert (row["ema_val_loss"], row["ema_val_acc"]) != (row["val_loss"], row["val_acc"])
 
 
 def dropout_mlp(name, info):

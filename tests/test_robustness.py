@@ -410,10 +410,38 @@ def test_a_synthetic_set_too_large_for_the_memory_is_one_line(project, tmp_path,
     assert type(refused.value).__name__ == "DataError"
 
 
-def test_checkpoints_hold_only_what_weights_only_loads(checkpoint):
+def test_checkpoints_hold_only_what_weights_only_loads(project, checkpoint):
+    """Plain data, and the run as it stood at the end of its epoch: 96 images in batches of
+    16 are 6 steps, the epoch's sums and bad steps start again from 0, the flags as parsed
+    (--amp as settled: off on a CPU), metrics.csv's rows."""
     state = torch.load(checkpoint, weights_only=True)  # raises on anything but plain data
-    assert {"model", "optimizer", "scheduler", "progress", "rng", "args", "sums"} <= set(state)
-    assert state["format"] == 2
+    parts = ["model", "optimizer", "scheduler", "progress", "rng", "sums", "guard", "args"]
+    assert sorted(state) == sorted([*parts, "format", "classes"])
+    assert (state["format"], state["classes"]) == (2, ["SGD", "LambdaLR"])
+    progress = state["progress"]
+    assert (progress["epoch"], progress["batch"], progress["step"]) == (1, 0, 6)
+    assert progress["history"] == read_metrics(checkpoint.parent)
+    assert state["scheduler"]["last_epoch"] == 6
+    assert state["sums"]["totals"].tolist() == [0.0, 0.0] and state["sums"]["pending"] == []
+    assert state["guard"]["bad_steps"].item() == 0 and state["guard"]["pending"] == []
+    with inside(project):
+        import train
+
+        flags = [*TINY_RUN, "--epochs", "1", "--out-dir", str(checkpoint.parent)]
+        parsed = vars(train.get_args_parser().parse_args(flags))
+    assert state["args"] == {**parsed, "amp": "off"}
+
+
+def test_a_resumed_epoch_counts_the_bad_steps_saved_before(project, checkpoint, tmp_path):
+    """The guard's count of the epoch's skipped steps, and the flags of steps not yet
+    counted, come back from a checkpoint saved part-way through the epoch (here as if two
+    steps into epoch 2, after a bad step and with another one waiting)."""
+    state = torch.load(checkpoint, weights_only=True)
+    state["progress"].update(batch=2, step=state["progress"]["step"] + 2)
+    state["guard"] = {"bad_steps": torch.tensor(1.0), "pending": [torch.tensor(1.0)]}
+    torch.save(state, tmp_path / "part-way.pt")
+    resume(project, tmp_path / "part-way.pt", tmp_path / "out")
+    assert [row["nonfinite_steps"] for row in read_metrics(tmp_path / "out")] == [0, 2]
 
 
 def test_non_finite_losses_stop_the_run_and_keep_the_last_good_checkpoint(project, tmp_path):

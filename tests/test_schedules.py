@@ -14,7 +14,7 @@ import shutil
 import pytest
 import torch
 
-from tests.helpers import SCHEDULERS, inside, render, train
+from tests.helpers import SCHEDULERS, inside, read_metrics, render, train
 
 WARMUP_SCHEDULERS = ("warmup_cosine", "cosine_restarts", "step", "constant")
 
@@ -473,6 +473,10 @@ def test_more_epochs_continue_the_schedule_or_restart_it(project, tmp_path):
     assert (state["progress"]["schedule_start"], state["progress"]["schedule_epochs"]) == (2, 2)
     again = lrs_by_step(proj, tmp_path / "b", *flags, "--epochs", "5")  # goes on from there
     assert again == pytest.approx([0.005] * 10)
+    # metrics.csv logs the learning rate that each epoch's last step left (10 steps an epoch).
+    assert [row["lr"] for row in read_metrics(tmp_path / "a")] == first[9::10] + more[9::10]
+    logged = [row["lr"] for row in read_metrics(tmp_path / "b")]
+    assert logged == first[9::10] + restarted[9::10] + again[9::10]
     state["progress"].update(batch=3)
     torch.save(state, tmp_path / "part-way.pt")
     refused = "part-way through epoch 5; finish it with --epochs 4 first"
