@@ -1358,6 +1358,16 @@ MUTANTS = [
         'dtype = torch.bfloat16 if args.amp != "bf16" else None',
         ("tests/test_matrix.py", "-k", "bf16-adam-step"),
     ),
+    # Issue 27: start-up
+    Mutant(
+        "determinism-switched-on-every-start",
+        "start-up: the compiler is imported only when --deterministic asks for it",
+        UTILS,
+        "    if deterministic:\n        # cuBLAS",
+        "    torch.use_deterministic_algorithms(deterministic)\n"
+        "    if deterministic:\n        # cuBLAS",
+        ("tests/test_loading.py", "-k", "compiler"),
+    ),
 ]
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import sys
 import unittest.mock
 
 import pytest
 import torch
 
-from tests.helpers import inside, render
+from tests.helpers import inside, render, run
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +125,17 @@ def test_deterministic_switches_off_the_fast_nondeterministic_kernels(
         torch.backends.cuda.matmul.allow_tf32 = saved[2]
         torch.use_deterministic_algorithms(saved[3])
         torch.backends.cudnn.allow_tf32 = saved[4]
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_only_deterministic_runs_import_the_compiler_at_start(template, tmp_path, deterministic):
+    """torch.use_deterministic_algorithms imports torch's compiler stack (a second or more of
+    CPU): a run that did not ask for determinism must not pay it. A project without
+    torchvision (which imports the compiler itself) shows it, in a fresh interpreter."""
+    project = render(template, tmp_path / "p", data="tensors", extras=[])
+    code = (
+        "import sys; from proj.utils import seed_everything; "
+        f"seed_everything(0, {deterministic}); print('torch._dynamo' in sys.modules)"
+    )
+    out = run(sys.executable, "-c", code, cwd=project).stdout.split()
+    assert out == [str(deterministic)]
