@@ -31,6 +31,7 @@ BENCHMARKS = (
     "lightning_compare.py",
     "data_pipeline.py",
     "time_to_accuracy.py",
+    "startup.py",
 )
 
 
