@@ -43,13 +43,14 @@ BUDGETS = {
 }
 # What the tests hold each answer set to: its budget where it is met, else the figures of
 # v0.10.0 (v0.9.0's plus issue 25's guarantees: metrics history, preemption with loader
-# workers, --eval-only's weights, checks of the user's data, refusals of contradictory flags).
+# workers, --eval-only's weights, checks of the user's data, refusals of contradictory flags),
+# and one line of issue 27 in every project: determinism switched only when it changes.
 # The README's "Line budgets" says what the lines above the budgets are for.
 CEILINGS = {
-    "examples/cpu-minimal.yml": (1541, 310),
-    "examples/cpu-minimal.yml with data: tensors": (1316, 301),
-    "defaults": (1658, None),
-    "everything (ddp, fp16, lamb, onecycle, every extra)": (2614, None),
+    "examples/cpu-minimal.yml": (1542, 310),
+    "examples/cpu-minimal.yml with data: tensors": (1317, 301),
+    "defaults": (1659, None),
+    "everything (ddp, fp16, lamb, onecycle, every extra)": (2615, None),
 }
 
 

@@ -1363,9 +1363,8 @@ MUTANTS = [
         "determinism-switched-on-every-start",
         "start-up: the compiler is imported only when --deterministic asks for it",
         UTILS,
-        "    if deterministic:\n        # cuBLAS",
-        "    torch.use_deterministic_algorithms(deterministic)\n"
-        "    if deterministic:\n        # cuBLAS",
+        "    if deterministic != torch.are_deterministic_algorithms_enabled():",
+        "    if True:",
         ("tests/test_loading.py", "-k", "compiler"),
     ),
 ]

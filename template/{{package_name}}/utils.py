@@ -132,8 +132,8 @@ def seed_everything(seed: int, deterministic: bool) -> None:
     if deterministic:
         # cuBLAS needs this to be reproducible; it is read when the first handle is made.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        # Only when asked: the switch imports torch's compiler, a second of every start.
-        torch.use_deterministic_algorithms(True)
+    if deterministic != torch.are_deterministic_algorithms_enabled():  # imports the compiler
+        torch.use_deterministic_algorithms(deterministic)
     # benchmark picks the fastest convolution for fixed input shapes, but not reproducibly.
     torch.backends.cudnn.benchmark = not deterministic
     torch.backends.cudnn.deterministic = deterministic
