@@ -153,8 +153,8 @@ MUTANTS = [
         "workers-not-persistent",
         "persistent workers and prefetching",
         DATA,
-        'options = {**options, "persistent_workers": True, "prefetch_factor": 4}',
-        'options = {**options, "prefetch_factor": 4}',
+        "persistent_workers=workers > 0",
+        "persistent_workers=False",
         ("tests/test_loading.py",),
     ),
     Mutant(
@@ -778,7 +778,8 @@ MUTANTS = [
         "float-inputs-rescaled",
         "float inputs reach the model untouched unless the data set declares a normalisation",
         DATA,
-        "        elif not inputs.is_floating_point():\n            inputs = inputs.float()",
+        "        elif not inputs.is_floating_point() or inputs.dtype == torch.float64:\n"
+        "            inputs = inputs.float()",
         "        else:\n            inputs = inputs.float() / 255",
         ("tests/test_rendered_suite.py", "-k", "defaults"),
     ),
