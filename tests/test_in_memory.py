@@ -143,13 +143,14 @@ def test_float64_inputs_and_targets_reach_the_model_as_float32(modules, tmp_path
 
 
 def test_a_run_stopped_part_way_resumes_bit_identically(modules, tmp_path):
-    """The built-in signals, trained by whole batches, stopped at step 3 of an epoch of 5
-    (its own SIGUSR1) and resumed: the same weights, optimizer and metrics as unbroken."""
+    """The built-in signals, trained by whole batches of 16 in windows of 2 (5 batches, 3
+    optimizer steps an epoch), stopped after step 2 (its own SIGUSR1, at batch 4 of 5) and
+    resumed: the same weights, optimizer and metrics as an unbroken run."""
     _, train = modules
     flags = ["--deterministic", "--device", "cpu", "--synthetic-size", "80", "--epochs", "2"]
-    flags += ["--batch-size", "16", "--log-interval", "1", "--accum-steps", "1"]
+    flags += ["--batch-size", "16", "--log-interval", "1", "--accum-steps", "2"]
     whole, out = tmp_path / "whole", tmp_path / "stopped"
-    taken, stop_at = [], 3
+    taken, stop_at = [], 2
 
     def stop(optimizer, args, kwargs):
         taken.append(1)
