@@ -47,7 +47,7 @@ BUDGETS = {
 # The README's "Line budgets" says what the lines above the budgets are for.
 CEILINGS = {
     "examples/cpu-minimal.yml": (1541, 310),
-    "examples/cpu-minimal.yml with data: tensors": (1346, 301),
+    "examples/cpu-minimal.yml with data: tensors": (1348, 301),
     "defaults": (1658, None),
     "everything (ddp, fp16, lamb, onecycle, every extra)": (2614, None),
 }

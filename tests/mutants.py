@@ -1211,8 +1211,16 @@ MUTANTS = [
         "in-memory-validation-with-workers",
         "in memory: no loader processes for the validation set either",
         DATA,
-        "    workers = 0 if in_memory(val_set) else workers",
-        "    workers = workers",
+        "    if in_memory(val_set) is not None:  # held in memory",
+        "    if False:  # held in memory",
+        ("tests/test_in_memory.py", "-k", "loader_paths"),
+    ),
+    Mutant(
+        "in-memory-validation-starves-training",
+        "in memory: a validation set in memory leaves the training loader its workers",
+        DATA,
+        "sampler=val_sampler, **val_options)",
+        "sampler=val_sampler, **(options := val_options))",
         ("tests/test_in_memory.py", "-k", "loader_paths"),
     ),
     Mutant(

@@ -55,11 +55,11 @@ class ItemByItem(Dataset):
         return self.dataset[i]
 
 
-def loaders(modules, train_set, *flags):
+def loaders(modules, train_set, *flags, val_set=None):
     data, train = modules
     args = train.get_args_parser().parse_args(["--seed", "7", "--batch-size", "8", *flags])
     info = data.DataInfo(num_classes=5, input_shape=(1, 6))
-    return data.build_loaders(train_set, train_set, info, args, CPU)
+    return data.build_loaders(train_set, val_set or train_set, info, args, CPU)
 
 
 def batches_of(train, sampler, epoch, start=0):
@@ -76,6 +76,13 @@ def test_whole_batches_are_the_loader_paths_batches(modules):
     fast, val_loader, fast_sampler = loaders(modules, train_set, "--workers", "2")
     assert isinstance(fast, data.MemoryBatches) and len(fast) == 7  # 61 // 8, the rest dropped
     assert val_loader.num_workers == 0  # in memory: no loader processes
+    with unittest.mock.patch.object(data, "cpu_count", return_value=2):
+        other, val_loader, _ = loaders(modules, ItemByItem(train_set), "--workers", "2")
+        assert other.num_workers == 2 and val_loader.num_workers == 2  # neither in memory
+        other, val_loader, _ = loaders(
+            modules, ItemByItem(train_set), "--workers", "2", val_set=train_set
+        )
+        assert other.num_workers == 2 and val_loader.num_workers == 0
     slow, _, slow_sampler = loaders(modules, ItemByItem(train_set), "--workers", "0")
     assert isinstance(slow, torch.utils.data.DataLoader)
     for epoch in (0, 3):
