@@ -17,6 +17,17 @@ Loader settings: 0, 1 and 2 worker processes (capped by the CPUs available, as t
 does), and, on CUDA, pinned memory on (what build_loaders chooses there) and off. Pinning
 needs CUDA; on a machine without it those rows say n/a.
 
+A third source is the issue's own task, in a project rendered with `data: tensors`: 4,000
+float inputs of shape (1, 40) in a TensorDataset, 10 classes, batches of 128, and a user's
+three-layer Conv1d network. Its data time per epoch (the second of two, through
+build_loaders and DeviceBatches, the consumer doing nothing) is set against the model's
+compute per epoch (forward, backward and an AdamW step on the same batches, ready in
+memory): the whole-batch path that a TensorDataset takes, and the per-item loader that
+any other data set takes (a wrapper that hides the tensors), with 0 workers and with the
+recipe's 4 capped by the CPUs. The model runs on one torch thread, for steady figures on a
+shared machine. Target: data time under 5 % of compute on the whole-batch
+path.
+
 Each configuration loads two epochs and the second is timed (workers are persistent, so
 their start-up falls in the first). Every repeat measures all configurations, in an order
 rotated from one repeat to the next; the ratio is a configuration's samples/s over the
@@ -79,15 +90,140 @@ def measure(project: common.Project, flags: list[str], pin: bool) -> float:
     return seen / seconds
 
 
+def conv1d_net(channels: int = 1, num_classes: int = 10):
+    """A user's small model for the 4,000 x 40 task: three Conv1d layers of 16 channels,
+    pooled, one linear layer (the smaller the model, the more the data path weighs)."""
+    import torch.nn as nn
+
+    layers, width = [], channels
+    for out in (16, 16, 16):
+        layers += [nn.Conv1d(width, out, 5, padding=2), nn.BatchNorm1d(out), nn.ReLU()]
+        width = out
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool1d(1), nn.Flatten(), nn.Linear(16, num_classes))
+
+
+def tensors_epoch(project: common.Project, train_set, flags: list[str]) -> tuple[float, list]:
+    """Seconds of the second of two epochs of data alone, and that epoch's batches."""
+    import torch
+
+    data = project.data
+    args = project.args(*flags)
+    device = project.utils.pick_device(args.device)
+    info = data.DataInfo(num_classes=10, input_shape=(1, 40))
+    val_set = torch.utils.data.TensorDataset(torch.randn(64, 1, 40), torch.arange(64) % 10)
+    loader, _, sampler = data.build_loaders(train_set, val_set, info, args, device)
+    batches, kept = data.DeviceBatches(loader, info, device), []
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        start = time.perf_counter()
+        kept = list(batches)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        seconds = time.perf_counter() - start
+    del batches, loader  # ends persistent workers
+    return seconds, kept
+
+
+def compute_epoch(batches: list, device: str) -> float:
+    """Seconds of forward, backward and an AdamW step of conv1d_net over the batches."""
+    import torch
+    import torch.nn.functional as F
+
+    model = conv1d_net().to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    for inputs, targets in batches[:3]:  # warm-up
+        F.cross_entropy(model(inputs), targets).backward()
+    start = time.perf_counter()
+    for inputs, targets in batches:
+        F.cross_entropy(model(inputs), targets).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
+class ItemByItem:
+    """A data set's items without its tensors: what the per-item loader path loads."""
+
+    def __init__(self, dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int):
+        return self.dataset[index]
+
+
+def tensors_section(options, work: Path, repeats: int) -> str:
+    import torch
+
+    common.log("data pipeline: the 4,000 x 40 tensors task, data time against compute")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # steady compute on a shared machine; restored below
+    project = common.Project(common.render(work / "tensors", data="tensors", extras=[]))
+    gen = torch.Generator().manual_seed(0)
+    train_set = torch.utils.data.TensorDataset(
+        torch.randn(4000, 1, 40, generator=gen), torch.randint(10, (4000,), generator=gen)
+    )
+    flags = ["--batch-size", "128", "--seed", "0", "--device", options.device]
+    configs = [
+        ("TensorDataset: whole batches (this path)", train_set, "4"),
+        ("per-item loader, 0 workers (before)", ItemByItem(train_set), "0"),
+        ("per-item loader, 4 workers capped by the CPUs (before)", ItemByItem(train_set), "4"),
+    ]
+    ratios: dict[str, list[float]] = {}
+    data_ms: dict[str, list[float]] = {}
+    compute_ms = []
+    try:
+        for r in range(repeats):
+            compute = None
+            for label, dataset, workers in configs[r % 3 :] + configs[: r % 3]:
+                seconds, batches = tensors_epoch(project, dataset, [*flags, "--workers", workers])
+                if compute is None:
+                    compute = compute_epoch(batches, options.device)
+                    compute_ms.append(1000 * compute)
+                ratios.setdefault(label, []).append(seconds / compute)
+                data_ms.setdefault(label, []).append(1000 * seconds)
+                common.log(f"  repeat {r + 1}/{repeats}: {label}: {1000 * seconds:.1f} ms")
+    finally:
+        project.close()
+        torch.set_num_threads(threads)
+    rows = [
+        [label, f"{statistics.median(data_ms[label]):.1f}", common.ratio_cell(ratios[label])]
+        for label, *_ in configs
+    ]
+    fast = statistics.median(ratios[configs[0][0]])
+    return "\n\n".join(
+        [
+            "### Data time against compute: 4,000 x 40 floats in memory, a three-layer Conv1d",
+            "Per epoch of 31 batches of 128, one torch thread; compute (forward, backward, "
+            f"AdamW step) {statistics.median(compute_ms):.0f} ms, median over {repeats} "
+            "repeats. The ratio is data time over the same repeat's compute, median (min–max).",
+            common.table(["path", "data ms per epoch", "data / compute"], rows),
+            common.verdict(
+                fast < 0.05, f"target data / compute < 0.05 on the whole-batch path ({fast:.3f})"
+            ),
+        ]
+    )
+
+
 def main(argv: list[str] | None = None) -> str:
     import torch
 
-    options = common.parser(__doc__).parse_args(argv)
+    parser = common.parser(__doc__)
+    parser.add_argument("--tensors-only", action="store_true", help="the tensors task alone")
+    options = parser.parse_args(argv)
     repeats = options.repeats or (1 if options.quick else 3)
+    if options.tensors_only:
+        with common.workdir(options.keep) as work:
+            return tensors_section(options, work, repeats)
     jpegs, synthetic = (512, 1024) if options.quick else (1536, 2048)
     cuda = options.device.startswith("cuda")
     common_flags = ["--batch-size", "128", "--seed", "0", "--device", options.device]
     with common.workdir(options.keep) as work:
+        tensors = tensors_section(options, work, repeats)
         common.log(f"data pipeline: writing {jpegs} JPEGs, preparing the default project")
         write_jpegs(work / "images", jpegs, 64)
         project = common.default_project(options, work)
@@ -148,6 +284,7 @@ def main(argv: list[str] | None = None) -> str:
             "context only.",
             common.table(["source", "loader", "samples/s", "ratio to 0 workers"], rows),
             "No target: this table says which loader settings pay on this machine.",
+            tensors,
         ]
     )
 

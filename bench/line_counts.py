@@ -44,11 +44,12 @@ BUDGETS = {
 # What the tests hold each answer set to: its budget where it is met, else the figures of
 # v0.10.0 (v0.9.0's plus issue 25's guarantees: metrics history, preemption with loader
 # workers, --eval-only's weights, checks of the user's data, refusals of contradictory flags),
-# and one line of issue 27 in every project: determinism switched only when it changes.
+# and issue 27's: determinism switched only when it changes (a line in every project), the
+# in-memory path of data: tensors (whole batches indexed from its tensors, 32 lines).
 # The README's "Line budgets" says what the lines above the budgets are for.
 CEILINGS = {
     "examples/cpu-minimal.yml": (1542, 310),
-    "examples/cpu-minimal.yml with data: tensors": (1317, 301),
+    "examples/cpu-minimal.yml with data: tensors": (1349, 301),
     "defaults": (1659, None),
     "everything (ddp, fp16, lamb, onecycle, every extra)": (2615, None),
 }

@@ -124,7 +124,9 @@ def training_items(batches, sampler, epoch: int, seed: int) -> dict[int, torch.T
     random state `seed`."""
     shake(seed)
     sampler.set_epoch(epoch)
-    if isinstance(batches, DataLoader):  # in the order of the sampler's (index, seed) keys
+    # The loader, or whole batches indexed from a TensorDataset (data: tensors): in the order
+    # of the sampler's (index, seed) keys.
+    if isinstance(batches, DataLoader) or not hasattr(batches, "labels"):
         inputs = torch.cat([x for x, _ in batches])
         order = [index for index, _ in sampler][: len(inputs)]  # less the batch dropped
         return dict(zip(order, inputs, strict=True))

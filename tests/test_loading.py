@@ -42,6 +42,7 @@ def test_loader_keeps_its_workers_and_pins_memory_only_on_cuda(project):
                 train_set, val_set, info, loader_args(), cpu
             )
         assert train_loader.num_workers == 2 and train_loader.persistent_workers
+        assert val_loader.num_workers == 2 and val_loader.persistent_workers  # between epochs
         assert train_loader.prefetch_factor == 4 and train_loader.drop_last
         assert not train_loader.pin_memory and not val_loader.pin_memory
         # Validation: the same workers, batches twice as large (no gradients to hold).

@@ -68,6 +68,8 @@ FORBIDDEN = {
         r"SyntheticImages",
         r"image.size",
     ],
+    # Images: nothing of the in-memory path of tensors.
+    ("data", "images"): [r"MemoryBatches", r"\bin_memory\("],
     # Every project here is a single process: nothing of DDP's processes and ranks.
     ("distributed", "single"): [
         r"\brank",
