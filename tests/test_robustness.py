@@ -596,6 +596,10 @@ def test_kill_9_during_checkpoint_writes_leaves_a_loadable_one(project, tmp_path
             assert state["i"] == expected and torch.all(value == expected), where
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "last.pt"]
     assert leftovers and all(name.startswith(".last.pt.") for name in leftovers)  # temporary
+    # The next run's start clears them away: only the checkpoint and the run's lock stay.
+    with inside(project):
+        assert import_module("proj.utils").hold_out_dir(tmp_path) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "last.pt"]
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "nadam"])
