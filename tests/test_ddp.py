@@ -314,6 +314,27 @@ def test_evaluation_counts_every_sample_once(ddp_project, single_project, tmp_pa
     (ddp_loss, ddp_acc), (loss, acc) = (line.split()[1::2] for line in (ddp_line[0], single))
     assert ddp_acc == acc, (ddp_line, single)
     assert float(ddp_loss) == pytest.approx(float(loss), rel=1e-5), (ddp_line, single)
+    # Both are the metrics computed here by hand from the checkpoint: every validation image
+    # once, normalised, through the model in eval mode (BatchNorm's running statistics).
+    with inside(single_project):
+        import train
+        from proj.data import build_dataset
+        from proj.models import build_model
+
+        args = train.get_args_parser().parse_args(flags)
+        _, val_set, info = build_dataset(args)
+        model = build_model(args.model, info)
+        model.load_state_dict(torch.load(tmp_path / "last.pt", weights_only=True)["model"])
+    items = [val_set[i] for i in range(len(val_set))]
+    images, targets = torch.stack([x for x, _ in items]), torch.tensor([y for _, y in items])
+    mean, std = (torch.tensor(values).view(1, -1, 1, 1) for values in (info.mean, info.std))
+    with torch.no_grad():
+        logits = model.eval()((images.float() - mean) / std)
+    assert len(targets) == val_images
+    expected_loss = F.cross_entropy(logits, targets).item()
+    expected_acc = 100 * (logits.argmax(1) == targets).double().mean().item()
+    assert float(loss) == pytest.approx(expected_loss, rel=1e-5), single
+    assert float(acc) == pytest.approx(expected_acc, abs=1e-5), single
 
 
 def worker_pids(parent: int) -> dict[int, int]:
@@ -417,26 +438,27 @@ def test_flags_torchrun_cannot_honour_are_refused(ddp_project, monkeypatch, caps
 def test_a_loss_non_finite_on_one_rank_is_skipped_by_every_rank(ddp_project, tmp_path):
     """Rank 1 alone gets a NaN loss at its second step; the all-reduced gradients are NaN on
     both ranks, so both must skip that step, or rank 0's weights turn NaN. The skipped step
-    is counted once, and training goes on."""
+    is counted once, and training goes on. A step whose loss is NaN on both ranks (the
+    second of epoch 2) is counted once too."""
     wrapper = tmp_path / "wrap.py"
     wrapper.write_text(
         "import os, runpy, sys\n"
         "import torch.nn.functional as F\n"
         "sys.path.insert(0, os.getcwd())\n"
-        "if os.environ['RANK'] == '1':\n"
-        "    real, calls = F.cross_entropy, []\n"
-        "    def flaky(*args, **kwargs):\n"
-        "        calls.append(1)\n"
-        "        loss = real(*args, **kwargs)\n"
-        "        return loss * float('nan') if len(calls) == 2 else loss\n"
-        "    F.cross_entropy = flaky\n"
+        "real, calls = F.cross_entropy, []\n"
+        "bad = {2, 6} if os.environ['RANK'] == '1' else {6}  # call 4: epoch 1's evaluation\n"
+        "def flaky(*args, **kwargs):\n"
+        "    calls.append(1)\n"
+        "    loss = real(*args, **kwargs)\n"
+        "    return loss * float('nan') if len(calls) in bad else loss\n"
+        "F.cross_entropy = flaky\n"
         "runpy.run_path('train.py', run_name='__main__')\n"
     )
     out = tmp_path / "o"
     flags = [*QUICK, "--epochs", "2", "--max-bad-steps", "0", "--data-on-device", "on"]
     run(*TORCHRUN, wrapper, *flags, "--out-dir", out, cwd=ddp_project, timeout=300)
     rows = read_metrics(out)
-    assert [row["nonfinite_steps"] for row in rows] == [1, 0]
+    assert [row["nonfinite_steps"] for row in rows] == [1, 1]
     assert all(math.isfinite(row["train_loss"]) for row in rows)
     state = torch.load(out / "last.pt", weights_only=True)
     for name, tensor in state["model"].items():

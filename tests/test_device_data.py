@@ -3,6 +3,7 @@ once per epoch, resumable mid-epoch."""
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import unittest.mock
@@ -246,6 +247,21 @@ def test_batches_are_normalised_in_the_memory_format_asked_for(data_module, chan
     assert torch.equal(targets, torch.arange(4))
     layout = torch.channels_last if channels_last else torch.contiguous_format
     assert out.is_contiguous(memory_format=layout)
+
+
+def test_the_synthetic_sets_are_their_splits_with_their_own_statistics(data_module):
+    """What build_dataset makes of --data synthetic: each split its own images, --hflip 0 no
+    mirroring on either path, and the per-channel mean and std of the training images."""
+    args = argparse.Namespace(data="synthetic", synthetic_size=100, image_size=8, hflip=0.0)
+    train_set, val_set, info = data_module.build_dataset(args)
+    for part, length, split in ((train_set, 100, "train"), (val_set, 20, "val")):
+        made = data_module.SyntheticImages(length, 8, split=split)
+        assert torch.equal(part.images, made.images) and torch.equal(part.labels, made.labels)
+    assert info.hflip == 0.0
+    assert [type(step).__name__ for step in train_set.transform.transforms] == ["RandomCrop"]
+    images = train_set.images.double()
+    assert info.mean == pytest.approx(images.mean((0, 2, 3)).tolist(), rel=1e-6)
+    assert info.std == pytest.approx(images.std((0, 2, 3)).tolist(), rel=1e-6)
 
 
 @pytest.fixture(scope="module")

@@ -83,6 +83,26 @@ def test_batches_cross_to_the_device_as_uint8_without_blocking(project, monkeypa
     assert inputs.dtype == torch.float32 and torch.equal(targets, torch.arange(4))
 
 
+def test_ddp_processes_of_a_machine_share_its_cpus(template, tmp_path, monkeypatch):
+    """Under DDP --workers is per process, capped by this machine's CPUs over this machine's
+    processes (LOCAL_WORLD_SIZE), however many machines there are: 2 machines of 2
+    processes, 4 CPUs each, give each process 2 workers at most."""
+    project = render(template, tmp_path / "p", distributed="ddp")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with inside(project):
+        data = importlib.import_module("proj.data")
+        train_set = data.SyntheticImages(32, size=8)
+        val_set = data.SyntheticImages(16, size=8, split="val")
+        cpu = torch.device("cpu")
+        with unittest.mock.patch.object(data, "cpu_count", return_value=4):
+            for workers, expected in (("4", 2), ("1", 1)):
+                loader, _, _ = data.build_loaders(
+                    train_set, val_set, None, loader_args(workers), cpu
+                )
+                assert loader.num_workers == expected, workers
+
+
 def test_workers_are_capped_by_the_cpus(project, tmp_path, capsys):
     with inside(project):
         import train

@@ -190,6 +190,39 @@ def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
     if answers["data"] == "images":  # the answer is the default of --channels-last
         check_channels_last(project, layouts, answers["channels_last"])
     check_state_flags(project, scheduler)
+    check_readme_defaults(project)
+
+
+def check_readme_defaults(project) -> None:
+    """The README's table of flags gives the defaults that train.py's parser has: numbers,
+    on and off, and names, one per flag of its row (rows whose default the parser leaves
+    to run time, None, say it in words)."""
+    with inside(project):
+        import train
+
+        actions = train.get_args_parser()._option_string_actions
+    readme = (project / "README.md").read_text()
+    table = readme[readme.index("| flag | default |") :].split("\n\n")[0].splitlines()[2:]
+    checked = []
+    for row in table:
+        flags_cell, default_cell = [cell.strip() for cell in row.strip("|").split("|")][:2]
+        flags = re.findall(r"`(--[\w-]+)`", flags_cell)
+        values = [re.sub(r" \(.*\)$", "", v).strip("`") for v in default_cell.split(", ")]
+        if not default_cell or len(values) not in (1, len(flags)):
+            continue
+        values = values * len(flags) if len(values) == 1 else values  # --compile, --no-compile
+        for flag, value in zip(flags, values, strict=True):
+            default = actions[flag].default
+            if default is None:
+                continue
+            if value in ("on", "off"):
+                assert default is (value == "on"), (flag, value, default)
+            elif isinstance(default, int | float) and not isinstance(default, bool):
+                assert float(value) == default, (flag, value, default)
+            else:
+                assert value == default, (flag, value, default)
+            checked.append(flag)
+    assert {"--epochs", "--lr", "--weight-decay", "--workers", "--seed"} <= set(checked)
 
 
 def check_channels_last(project, layouts: list[bool], channels_last: bool) -> None:

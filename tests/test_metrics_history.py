@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import unittest.mock
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tests.helpers import TINY_RUN, read_metrics, render, train
 
@@ -22,11 +24,30 @@ def project(template, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def two_epochs(project):
-    """A run of two epochs: its out-dir, and metrics.csv's text."""
-    rows = train(project, *RUN)
+    """A run of two epochs: its out-dir, metrics.csv's text, and the training losses of its
+    steps, in order."""
+    real, losses = F.cross_entropy, []
+
+    def recorded(*args, **kwargs):
+        loss = real(*args, **kwargs)
+        if torch.is_grad_enabled():  # training, not evaluation
+            losses.append(loss.item())
+        return loss
+
+    with unittest.mock.patch.object(F, "cross_entropy", recorded):
+        rows = train(project, *RUN)
     assert [row["epoch"] for row in rows] == [1, 2]
     out = project / "runs/test"
-    return out, (out / "metrics.csv").read_text()
+    return out, (out / "metrics.csv").read_text(), losses
+
+
+def test_train_loss_is_the_mean_of_its_epochs_losses(two_epochs):
+    """96 images in batches of 16: 6 steps an epoch, each epoch's row the mean of its own."""
+    out, _, losses = two_epochs
+    assert len(losses) == 12
+    rows = read_metrics(out)
+    for row, epoch in zip(rows, (losses[:6], losses[6:]), strict=True):
+        assert row["train_loss"] == pytest.approx(sum(epoch) / 6, rel=1e-9)
 
 
 def resumed(project, two_epochs, tmp_path, change) -> list[dict]:

@@ -197,6 +197,9 @@ def test_just_inside_the_contradictions_is_accepted(project):
         args = parse(["--lr", "0.1", "--min-lr", "0.1", "--epochs", "1", "--warmup-epochs", "1"])
         assert (args.min_lr, args.warmup_epochs) == (0.1, 1.0)
         assert parse(["--lr", "1e-44"]).lr == 1e-44
+        # Closed bounds take their ends (label smoothing's is 0.999: 1 is refused above).
+        args = parse(["--label-smoothing", "0.999", "--hflip", "1", "--momentum", "1"])
+        assert (args.label_smoothing, args.hflip, args.momentum) == (0.999, 1.0, 1.0)
         assert parse(["--out-dir", "proj/../runs/x", "--fresh", "--init-weights", "train.py"])
 
 
@@ -593,6 +596,10 @@ def test_kill_9_during_checkpoint_writes_leaves_a_loadable_one(project, tmp_path
             assert state["i"] == expected and torch.all(value == expected), where
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "last.pt"]
     assert leftovers and all(name.startswith(".last.pt.") for name in leftovers)  # temporary
+    # The next run's start clears them away: only the checkpoint and the run's lock stay.
+    with inside(project):
+        assert import_module("proj.utils").hold_out_dir(tmp_path) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "last.pt"]
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "nadam"])
@@ -623,6 +630,10 @@ def test_a_non_finite_step_leaves_model_and_optimizer_as_they_were(template, tmp
         args = train.get_args_parser().parse_args([])
         model = build_model("resnet_small", DataInfo(10, (3, 8, 8)))
         optimizer_ = build_optimizer(model, args, torch.device("cpu"))
+        if optimizer == "sgd":  # fused: its momentum buffers made now, as zeros, not by a
+            # first step that, skipped, would leave the kernel's uninitialised memory in them
+            buffers = [optimizer_.state[p].get("momentum_buffer") for p in model.parameters()]
+            assert all(b is not None and not b.any() for b in buffers)
         guard = NonFiniteGuard(model, optimizer_)
         images, targets = torch.randn(16, 3, 8, 8), torch.randint(10, (16,))
 

@@ -49,11 +49,13 @@ def project(template, tmp_path_factory):
     )
 
 
-def submit(cluster: Cluster, project: Path, out_dir: str, *flags: str, **env: str) -> int:
+def submit(
+    cluster: Cluster, project: Path, out_dir: str, *flags: str, sbatch=SBATCH, **env: str
+) -> int:
     """sbatch scripts/slurm.sbatch with FLAGS and `flags`, this Python's tools first on PATH."""
     env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", **env}
     env["PYTHONPATH"] = str(SITE)
-    args = [*SBATCH, "scripts/slurm.sbatch", *FLAGS, *flags, "--out-dir", out_dir]
+    args = [*sbatch, "scripts/slurm.sbatch", *FLAGS, *flags, "--out-dir", out_dir]
     return cluster.sbatch(args, cwd=project, env=env)
 
 
@@ -123,8 +125,14 @@ def test_a_preemption_of_every_process_of_the_job_step_requeues_it(cluster, proj
 
 
 def test_a_failing_rank_fails_the_job_without_requeueing_it(cluster, project):
-    job = submit(cluster, project, "runs/failing", FAIL_AT="5 1")
+    """Here one task whose torchrun starts the two processes (NPROC_PER_NODE, as on nodes
+    without GPUs), the second of which fails."""
+    one_task = ["--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=2", "--gpus-per-node=0"]
+    job = submit(
+        cluster, project, "runs/failing", sbatch=one_task, FAIL_AT="5 1", NPROC_PER_NODE="2"
+    )
     assert cluster.wait(job, timeout=300) == "FAILED", output(project, job)[-3000:]
+    assert "2 x cpu" in output(project, job)
     assert "rank 1: failing on purpose at step 6" in output(project, job)
     assert cluster.job(job)["Restarts"] == "0"
     checkpoint = torch.load(project / "runs/failing/last.pt", weights_only=True)

@@ -91,6 +91,26 @@ def test_the_schedule_waits_for_steps_the_scaler_skipped(project, tmp_path, monk
     assert state["scaler"]["scale"] < 2.0**28
 
 
+def test_a_cpu_trains_in_float32_unless_amp_asks(project, tmp_path, monkeypatch):
+    """--amp defaults to the answer's precision on GPUs only: the fp16 project run on a CPU
+    without --amp computes its outputs in float32, with the GradScaler disabled."""
+    dtypes = []
+    with inside(project):
+        import train
+
+        real = train.compute_loss
+
+        def spy(outputs, targets, args):
+            dtypes.append(outputs.dtype)
+            return real(outputs, targets, args)
+
+        monkeypatch.setattr(train, "compute_loss", spy)
+        train.main([*FLAGS, "--synthetic-size", "32", "--out-dir", str(tmp_path)])
+    state = torch.load(tmp_path / "last.pt", weights_only=True)
+    assert dtypes == [torch.float32] * 2  # 2 steps of 16 images
+    assert state["args"]["amp"] == "off" and state["scaler"] == {}
+
+
 def test_accumulated_micro_batches_step_as_one_large_batch(sgd_projects, tmp_path, monkeypatch):
     """Four micro-batches of 8 accumulated make the step that one batch of 32 makes: the
     loader path gives both the same images in the same order (augmentation is seeded per

@@ -69,7 +69,7 @@ def _bounded(kind: type, noun: str, low, high, low_open=False, high_open=False):
             raise argparse.ArgumentTypeError(f"must be a finite number {bounds}, got {text!r}")
         if outside(value):
             raise argparse.ArgumentTypeError(f"must be {noun} {bounds}, got {text!r}")
-        if kind is float and outside(single := torch.tensor(value, dtype=torch.float32).item()):
+        if kind is float and outside(single := torch.tensor(value, dtype=torch.float32)):
             raise argparse.ArgumentTypeError(
                 f"must be {noun} {bounds}, got {text!r}, which is {single:g} as a float32"
             )

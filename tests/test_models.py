@@ -1,0 +1,46 @@
+"""The built-in ResNet as its comments describe it: each residual block starts as the
+identity, its branch scaled by a last BatchNorm whose weight is zero, and still learns."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests.helpers import inside, render
+
+
+@pytest.fixture(scope="module")
+def models(template, tmp_path_factory):
+    project = render(template, tmp_path_factory.mktemp("models") / "p", extras=[])
+    with inside(project):
+        from proj import models
+
+        yield models
+
+
+def test_residual_branches_start_at_zero_and_learn(models):
+    torch.manual_seed(0)
+    block = models.BasicBlock(8, 8, 1)
+    x = torch.rand(4, 8, 6, 6)  # non-negative, as after a ReLU
+    assert torch.equal(block(x), x)  # the branch adds exactly zero
+    model = models.ResNetSmall(10)
+    blocks = [m for m in model.modules() if isinstance(m, models.BasicBlock)]
+    assert len(blocks) == 3
+    assert all(not b.bn2.weight.any() and b.bn1.weight.eq(1).all() for b in blocks)
+    # From zero, the first step moves the branch's last norm alone; with it, the second
+    # step reaches the convolutions of every branch.
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    images, targets = torch.randn(8, 3, 16, 16), torch.randint(10, (8,))
+    convolutions = [(b.conv1.weight, b.conv2.weight) for b in blocks]
+    before = [[w.detach().clone() for w in pair] for pair in convolutions]
+    for step in range(2):
+        F.cross_entropy(model(images), targets).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        moved = [
+            [not torch.equal(w, w0) for w, w0 in zip(*pairs, strict=True)]
+            for pairs in zip(convolutions, before, strict=True)
+        ]
+        assert moved == [[step == 1] * 2] * 3, (step, moved)
+        assert all(b.bn2.weight.any() for b in blocks)
