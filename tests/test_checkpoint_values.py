@@ -6,16 +6,13 @@ The rendered train.py runs in this process."""
 from __future__ import annotations
 
 import functools
-import os
 import re
-import signal
 
 import pytest
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from tests.helpers import TINY_RUN, inside, read_metrics, render
-from tests.test_resume import same_training, without_speed
+from tests.test_resume import same_training, stop_at_step, without_speed
 
 RUN = [*TINY_RUN, "--model", "mlp", "--image-size", "8", "--device", "cpu", "--deterministic"]
 
@@ -91,22 +88,10 @@ def test_an_fp16_run_stopped_part_way_resumes_bit_identically(template, tmp_path
     whole, stopped = tmp_path / "whole", tmp_path / "stopped"
     train_main(project, [*FP16, "--out-dir", whole])
 
-    taken = []
+    with inside(project):
+        import train
 
-    def stop(optimizer, args, kwargs):  # a scheduler's notice, as step STOP_AT begins
-        taken.append(1)
-        if len(taken) == STOP_AT:
-            os.kill(os.getpid(), signal.SIGUSR1)
-
-    hook = register_optimizer_step_pre_hook(stop)
-    try:
-        with inside(project):
-            import train
-
-            with pytest.raises(train.Stopped):
-                train.main([*map(str, FP16), "--out-dir", str(stopped)])
-    finally:
-        hook.remove()
+        stop_at_step(train, [*map(str, FP16), "--out-dir", str(stopped)], STOP_AT)
     at_stop = torch.load(stopped / "last.pt", weights_only=True)
     assert at_stop["progress"]["epoch"] == 1 and at_stop["progress"]["batch"] > 0  # part-way
     # What the resumed run must take back is not what a fresh scaler has.

@@ -6,18 +6,15 @@ bit for bit; float64 (NumPy's default) reaches the model as float32."""
 from __future__ import annotations
 
 import importlib
-import os
-import signal
 import unittest.mock
 
 import pytest
 import torch
-from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.data import Dataset, TensorDataset
 
 from tests.helpers import inside, read_metrics, render
 from tests.test_device_data import as_process
-from tests.test_resume import checkpoint_step, same_training
+from tests.test_resume import checkpoint_step, same_training, stop_at_step
 
 CPU = torch.device("cpu")
 
@@ -157,21 +154,9 @@ def test_a_run_stopped_part_way_resumes_bit_identically(modules, tmp_path):
     flags = ["--device", "cpu", "--synthetic-size", "80", "--epochs", "2"]  # CPU kernels: exact
     flags += ["--batch-size", "16", "--log-interval", "1", "--accum-steps", "2"]
     whole, out = tmp_path / "whole", tmp_path / "stopped"
-    taken, stop_at = [], 2
-
-    def stop(optimizer, args, kwargs):
-        taken.append(1)
-        if len(taken) == stop_at:
-            os.kill(os.getpid(), signal.SIGUSR1)
-
     train.main([*flags, "--out-dir", str(whole)])
-    hook = register_optimizer_step_pre_hook(stop)
-    try:
-        with pytest.raises(train.Stopped):
-            train.main([*flags, "--out-dir", str(out)])
-    finally:
-        hook.remove()
-    assert checkpoint_step(out / "last.pt") == stop_at
+    stop_at_step(train, [*flags, "--out-dir", str(out)], 2)
+    assert checkpoint_step(out / "last.pt") == 2
     train.main([*flags, "--out-dir", str(out)])
     same_training(whole / "last.pt", out / "last.pt")
 

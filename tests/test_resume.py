@@ -73,6 +73,24 @@ def checkpoint_step(path) -> int:
         return -1
 
 
+def stop_at_step(train, flags: list[str], step: int) -> None:
+    """Run `train.main(flags)` in this process until optimizer step `step` begins, where the
+    run gets its own SIGUSR1 (a scheduler's notice), checkpoints and stops."""
+    taken = []
+
+    def stop(optimizer, args, kwargs):
+        taken.append(1)
+        if len(taken) == step:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    hook = register_optimizer_step_pre_hook(stop)
+    try:
+        with pytest.raises(train.Stopped):
+            train.main(flags)
+    finally:
+        hook.remove()
+
+
 def interrupt_at(
     cmd, cwd, steps: int, sig: int, markers: int = 1, timeout=180, whom="process", clean=False
 ) -> int:
@@ -463,24 +481,12 @@ def test_a_model_with_dropout_resumes_bit_identically(
     (the training loader has a generator of its own: the resumed run starts one more)."""
     flags = [*RUN, "--workers", "0", "--model", "mlp", "--data-on-device", on_device]
     whole, out = tmp_path / "whole", tmp_path / "stopped"
-    taken = []
-
-    def stop(optimizer, args, kwargs):
-        taken.append(1)
-        if len(taken) == stop_at:
-            os.kill(os.getpid(), signal.SIGUSR1)
-
     with inside(project):
         import train
 
         monkeypatch.setattr(train, "build_model", dropout_mlp)
         train.main([*flags, "--out-dir", str(whole)])
-        hook = register_optimizer_step_pre_hook(stop)
-        try:
-            with pytest.raises(train.Stopped):
-                train.main([*flags, "--out-dir", str(out)])
-        finally:
-            hook.remove()
+        stop_at_step(train, [*flags, "--out-dir", str(out)], stop_at)
         assert checkpoint_step(out / "last.pt") == stop_at
         train.main([*flags, "--out-dir", str(out)])
     same_training(whole / "last.pt", out / "last.pt")
