@@ -317,12 +317,12 @@ def stopping_off(project: common.Project):
     """The finder's divergence test turned off: the sweep runs over the whole range (a loss
     that is not finite still ends it)."""
     finders = sys.modules[f"{common.PACKAGE}.finders"]
-    saved = finders.DIVERGED
-    finders.DIVERGED = math.inf
+    saved = finders.has_diverged
+    finders.has_diverged = lambda losses, smoothed: not math.isfinite(smoothed[-1])
     try:
         yield
     finally:
-        finders.DIVERGED = saved
+        finders.has_diverged = saved
 
 
 def sweep(project: common.Project, flags: list[str], out: Path) -> float:
@@ -334,6 +334,20 @@ def sweep(project: common.Project, flags: list[str], out: Path) -> float:
     if match is None:
         raise SystemExit(f"no suggestion from --find-lr {' '.join(flags)}:\n{text.getvalue()}")
     return float(match.group(1))
+
+
+def as_rendered(project: common.Project, path: Path) -> float:
+    """The suggestion --find-lr makes from a sweep recorded over the whole range: the
+    rendered finders.py's own stopping rule (`has_diverged`, step by step) and suggestion
+    (`suggest_lr`) applied to its lr_find.csv. Up to where it stops, --find-lr makes the very
+    same sweep (same seed, same batches)."""
+    finders = sys.modules[f"{common.PACKAGE}.finders"]
+    with path.open(newline="") as f:
+        rows = [{k: float(v) for k, v in row.items()} for row in csv.DictReader(f)]
+    lrs, losses, smoothed = ([row[k] for row in rows] for k in ("lr", "loss", "smoothed_loss"))
+    steps = range(1, len(rows) + 1)
+    end = next((n for n in steps if finders.has_diverged(losses[:n], smoothed[:n])), len(rows))
+    return finders.suggest_lr(lrs[:end], smoothed[:end])
 
 
 def read_sweep(path: Path) -> tuple[list[float], list[float]]:
@@ -364,10 +378,17 @@ def run_task(paths, task: Task, optimizer: str, work: Path, record: Path, option
         for seed in range(seeds):
             name = f"{task.name}-{optimizer}-{seed}"
             seeded = [*flags, "--seed", str(seed)]
-            suggestions.append(sweep(project, seeded, record / "rendered" / name))
             with stopping_off(project):
                 for folder, extra in variants.items():
                     sweep(project, [*seeded, *extra], record / folder / name)
+            suggestions.append(as_rendered(project, record / "run" / name / "lr_find.csv"))
+            if seed == 0:  # --find-lr itself, once: the same suggestion
+                found = sweep(project, seeded, record / "rendered" / name)
+                if found != suggestions[-1]:
+                    raise SystemExit(
+                        f"{name}: --find-lr suggested {found}, its rules applied to "
+                        f"the whole sweep {suggestions[-1]}: not the same sweep"
+                    )
             common.log(f"  {task.name} {optimizer} seed {seed}: suggested {suggestions[-1]:.4g}")
     finally:
         project.close()
@@ -487,7 +508,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--tasks", nargs="*", default=None, help="only these tasks")
     parser.add_argument("--optimizers", nargs="*", default=None, help="only these optimizers")
     parser.add_argument(
-        "--extra-steps", type=int, nargs="*", default=[100], help="also record sweeps this long"
+        "--extra-steps", type=int, nargs="*", default=[], help="also record sweeps this long"
     )
     options = parser.parse_args(argv)
     if options.project is not None or options.device != "cpu":
@@ -499,6 +520,8 @@ def main(argv: list[str] | None = None) -> str:
         options.extra_steps = []
     record = (options.offline or options.record).resolve()  # runs change the working folder
     if options.offline is None:
+        if record.is_dir() and any(record.iterdir()) and not (record / "grid.json").is_file():
+            parser.error(f"--record {record}: not empty, and not a record of this benchmark")
         shutil.rmtree(record, ignore_errors=True)
         record.mkdir(parents=True)
         entries = []
@@ -521,8 +544,11 @@ def main(argv: list[str] | None = None) -> str:
             "### LR finder: the suggestion against a trained grid of constant learning rates",
             f"Each grid rate trained from {seeds} seeds for the epochs shown, no schedule; the "
             "best rate (bold) has the best mean final validation accuracy (regression: the "
-            f"lowest mean validation MSE). `--find-lr` ran as rendered from the same {seeds} "
-            "seeds; the ratio is each suggestion / the grid's best, median (min–max).",
+            f"lowest mean validation MSE). `--find-lr` as rendered, from the same {seeds} seeds "
+            "(its own stopping and suggestion rules applied to the sweep recorded over the "
+            "whole range, which is its sweep up to where it stops; on the first seed "
+            "`--find-lr` itself ran too, and suggested the same); the ratio is each "
+            "suggestion / the grid's best, median (min–max).",
             table,
             common.verdict(ok, f"every suggestion within {TARGET:g}x of the grid's best"),
             "Candidate rules, on the same sweeps run again over the whole range (1e-7 to 10) "
