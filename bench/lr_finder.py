@@ -39,7 +39,7 @@ grid's results (grid.json): besides the sweep with the run's clipping, each seed
 without clipping (for SGD and AdamW, which clip by default) and, with --extra-steps, in as
 many steps, so that other stopping and suggestion rules (`STOPS`, `RULES`) are compared on
 the same sweeps. `--offline DIR` compares them again from a record, without training.
-About 12 minutes of one CPU core (11.7 measured with --extra-steps 100).
+10-12 minutes of one CPU core (measured with --extra-steps 100).
 """
 
 from __future__ import annotations
