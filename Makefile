@@ -62,7 +62,7 @@ $(BENCH_READY): $(READY) bench/requirements.txt
 	$(BIN)/python -m pip install --quiet -r bench/requirements.txt -c $(VENV)/bench-constraints.txt
 	touch $@
 
-# Every benchmark, under 25 minutes on 2 cores, into bench/RESULTS.md. Options for
+# Every benchmark, under 40 minutes on 2 cores, into bench/RESULTS.md. Options for
 # bench/run_all.py go in BENCH_FLAGS; one torch thread by default, which keeps the side-by-side
 # ratios steady on a small machine (BENCH_FLAGS= for torch's own choice).
 bench: $(BENCH_READY)

@@ -45,13 +45,14 @@ BUDGETS = {
 # v0.10.0 (v0.9.0's plus issue 25's guarantees: metrics history, preemption with loader
 # workers, --eval-only's weights, checks of the user's data, refusals of contradictory flags),
 # and issue 27's: determinism switched only when it changes (a line in every project), the
-# in-memory path of data: tensors (whole batches indexed from its tensors, 32 lines).
+# in-memory path of data: tensors (whole batches indexed from its tensors, 32 lines), the LR
+# finder's divergence rule (13 lines, in everything).
 # The README's "Line budgets" says what the lines above the budgets are for.
 CEILINGS = {
     "examples/cpu-minimal.yml": (1542, 310),
     "examples/cpu-minimal.yml with data: tensors": (1349, 301),
     "defaults": (1659, None),
-    "everything (ddp, fp16, lamb, onecycle, every extra)": (2615, None),
+    "everything (ddp, fp16, lamb, onecycle, every extra)": (2628, None),
 }
 
 

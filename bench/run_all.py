@@ -32,6 +32,7 @@ BENCHMARKS = (
     "data_pipeline.py",
     "time_to_accuracy.py",
     "startup.py",
+    "lr_finder.py",
 )
 
 

@@ -1345,9 +1345,9 @@ MUTANTS = [
     ),
     Mutant(
         "lr-sweep-goes-on-past-divergence",
-        "LR finder: the sweep stops where the smoothed loss passes 4 times its lowest",
+        "LR finder: the sweep stops where the smoothed loss climbs back half way to its start",
         FINDERS,
-        "if not math.isfinite(smoothed[-1]) or smoothed[-1] > DIVERGED * best:",
+        "if has_diverged(losses, smoothed):",
         "if not math.isfinite(smoothed[-1]):",
         ("tests/test_finders.py", "-k", "starts_too_high"),
     ),
@@ -1721,6 +1721,31 @@ MUTANTS = [
         "{%- set weight_decay = {'sgd': 5e-4,",
         "{%- set weight_decay = {'sgd': 1e-4,",
         ("tests/test_matrix.py", "-k", "off-sgd-warmup_cosine"),
+    ),
+    # Issue 27: the LR range test
+    Mutant(
+        "lr-finder-divergence-at-4x-the-lowest",
+        "LR finder: a loss climbing back half way to its start is divergence, whatever its scale",
+        FINDERS,
+        "smoothed[-1] > lowest + CLIMB * (start - lowest)",
+        "smoothed[-1] > 4 * lowest",
+        ("tests/test_finders.py", "-k", "climbs_back"),
+    ),
+    Mutant(
+        "lr-finder-divergence-in-the-noise",
+        "LR finder: the lowest loss counts once it is clear of the first batches' noise",
+        FINDERS,
+        "start - lowest > CLEAR * spread and",
+        "start - lowest > 0 and",
+        ("tests/test_finders.py", "-k", "climbs_back"),
+    ),
+    Mutant(
+        "lr-finder-suggests-a-third",
+        "LR finder: a tenth of the rate at the lowest loss, the rule nearest the best measured",
+        FINDERS,
+        'return float(f"{lrs[lowest_step(smoothed)] / 10:.3g}")',
+        'return float(f"{lrs[lowest_step(smoothed)] / 3:.3g}")',
+        ("tests/test_finders.py", "-k", "climbs_back"),
     ),
 ]
 
