@@ -295,7 +295,7 @@ MUTANTS = [
         "adam-default-lr-too-low-to-learn",
         "each optimizer with sensible defaults",
         "copier.yml",
-        "'adam': 0.002,",
+        "'adam': 0.016,",
         "'adam': 0.000002,",
         ("tests/test_convergence.py", "-k", "adam and not adamw"),
     ),
