@@ -74,7 +74,8 @@ from time_to_accuracy import tabular_task, write_digits  # noqa: E402
 TARGET = 2.0  # the suggestion within this factor of the grid's best
 SEEDS = 3
 OPTIMIZERS = ("sgd", "adamw", "lamb")
-DEFAULT_LR = {"sgd": 0.2, "adamw": 0.002, "lamb": 0.01}  # copier.yml's defaults
+DEFAULT_LR = {"sgd": 0.2, "adamw": 0.002, "lamb": 0.01}  # the grid's centre: copier.yml's
+# defaults before issue 27 (0.016 and 0.04 since), kept so that the grids stay the same
 GRID = [2.0**k for k in range(-3, 4)]  # times the default lr
 GROW = 3  # rates the grid may grow by at each end
 
@@ -602,6 +603,58 @@ def defaults_table(entries: list[dict], optimizer: str) -> tuple[str, float, flo
     return common.table(header, rows), best_rank, best_worst
 
 
+def hint_constants() -> dict[str, float]:
+    """HINT_STEPS, FLAT and RISEN as the template's schedule.py sets them."""
+    text = (common.ROOT / "template" / "{{package_name}}" / "schedule.py.jinja").read_text()
+    found = re.findall(r"^(HINT_STEPS|FLAT|RISEN) = ([0-9.]+)", text, re.MULTILINE)
+    return {name: float(value) for name, value in found}
+
+
+def hint(losses: list[float], epochs: int, constants: dict[str, float]) -> str | None:
+    """schedule.py's LrHint on a run's step losses: "low", "high" or None. It reads them at
+    the end of the first epoch that ends 2 x HINT_STEPS steps or more into the run."""
+    steps, per_epoch = int(constants["HINT_STEPS"]), len(losses) // epochs
+    end = next((n for n in range(per_epoch, len(losses) + 1, per_epoch) if n >= 2 * steps), None)
+    if end is None:
+        return None
+    first = statistics.fmean(losses[:steps])
+    last = statistics.fmean(losses[end - steps : end])
+    epoch_loss = statistics.fmean(losses[end - per_epoch : end])
+    if not first > 0:
+        return None
+    if last > constants["RISEN"] * first:
+        return "high"
+    if constants["FLAT"] * first < last < epoch_loss:
+        return "low"
+    return None
+
+
+def hint_class(lr: float, best: float) -> str:
+    """How far a grid rate is from its task's best (the grid's rates are powers of 2 apart)."""
+    doublings = round(math.log2(lr / best))
+    if abs(doublings) <= 1:
+        return "within 2x of the best"
+    if abs(doublings) < 3:
+        return "between (4x either way)"
+    return f"8x or more {'below' if doublings < 0 else 'above'} the best"
+
+
+def hint_table(entries: list[dict]) -> str:
+    """How the hint reads every grid run, by how far its rate is from the task's best."""
+    constants = hint_constants()
+    names = ["8x or more below the best", "within 2x of the best", "8x or more above the best",
+             "between (4x either way)"]  # fmt: skip
+    counts = {name: {"low": 0, "high": 0, None: 0} for name in names}
+    for e in entries:
+        for lr, seeds in e["steps"]:
+            for losses in seeds:
+                counts[hint_class(lr, best_lr(e))][hint(losses, e["epochs"], constants)] += 1
+    rows = [[name, str(sum(c.values())), str(c["low"]), str(c["high"]), str(c[None])]
+            for name, c in counts.items()]  # fmt: skip
+    header = ["grid rate", "runs", "says too low", "says too high", "silent"]
+    return common.table(header, rows)
+
+
 def scheduled_report(entries: list[dict]) -> str:
     """--schedule default: the grid, and the rate that does best across the tasks."""
     title = "### Default learning rates: a trained grid under the default schedule"
@@ -629,6 +682,18 @@ def scheduled_report(entries: list[dict]) -> str:
             f"{optimizer}: best mean rank {best_rank:.3g}, smallest worst case {best_worst:.3g}",
             table,
         ]
+    constants = hint_constants()
+    parts += [
+        "The hint of a learning rate far off (schedule.py's `LrHint`), on every grid run's "
+        "training losses: the mean of the first "
+        f"{constants['HINT_STEPS']:g} optimizer steps against that of the last "
+        f"{constants['HINT_STEPS']:g} of the first epoch (here each has 32 to 62 steps): too "
+        f"high if it ends above {constants['RISEN']:g} times its start, too low if it fell by less "
+        f"than {1 - constants['FLAT']:.0%} and ends below the epoch's mean (still falling). "
+        "Each run is counted (task x optimizer x seed), by how far its rate is from its "
+        "task's best:",
+        hint_table(entries),
+    ]
     return "\n\n".join(parts)
 
 
