@@ -48,7 +48,8 @@ what copier.yml's `lr` defaults are chosen on. Every grid run's training loss at
 optimizer step is kept (in grid.json, default record
 build/lr_finder-scheduled): the one-line hint of a learning rate far off (schedule.py's
 `lr_hint`) is chosen on them, against the rates 8x or more from each task's best and
-those within 2x. 15-25 minutes of one CPU core.
+those within 2x: there the grid also grows (6 rates at most) until it reaches 8x either
+way of its best. 15-25 minutes of one CPU core.
 """
 
 from __future__ import annotations
@@ -78,6 +79,7 @@ DEFAULT_LR = {"sgd": 0.2, "adamw": 0.002, "lamb": 0.01}  # the grid's centre: co
 # defaults before issue 27 (0.016 and 0.04 since), kept so that the grids stay the same
 GRID = [2.0**k for k in range(-3, 4)]  # times the default lr
 GROW = 3  # rates the grid may grow by at each end
+REACH, REACH_STEPS = 8, 6  # --schedule default: then it grows to 8x either way of the best
 
 
 @dataclass(frozen=True)
@@ -345,6 +347,15 @@ def train_grid(project, task, flags, out: Path, optimizer: str, seeds: int, grid
             train(ordered[0] / 2)
         elif best == ordered[-1]:
             train(ordered[-1] * 2)
+        else:
+            break
+    for _ in range(REACH_STEPS if steps is not None else 0):  # rates 8x either way of the best
+        best = max(results, key=lambda lr: statistics.fmean(results[lr]))
+        ordered = sorted(results)
+        if ordered[-1] < REACH * best:
+            train(ordered[-1] * 2)
+        elif ordered[0] > best / REACH:
+            train(ordered[0] / 2)
         else:
             break
     return dict(sorted(results.items()))
@@ -624,7 +635,7 @@ def hint(losses: list[float], epochs: int, constants: dict[str, float]) -> str |
         return None
     if last > constants["RISEN"] * first:
         return "high"
-    if constants["FLAT"] * first < last < epoch_loss:
+    if abs(last - first) < constants["FLAT"] * first and last < epoch_loss:
         return "low"
     return None
 
@@ -688,8 +699,9 @@ def scheduled_report(entries: list[dict]) -> str:
         "training losses: the mean of the first "
         f"{constants['HINT_STEPS']:g} optimizer steps against that of the last "
         f"{constants['HINT_STEPS']:g} of the first epoch (here each has 32 to 62 steps): too "
-        f"high if it ends above {constants['RISEN']:g} times its start, too low if it fell by less "
-        f"than {1 - constants['FLAT']:.0%} and ends below the epoch's mean (still falling). "
+        f"high if it ends above {constants['RISEN']:g} times its start, too low if it moved by "
+        f"less than {constants['FLAT']:.0%} either way and ends below the epoch's mean (still "
+        "falling). "
         "Each run is counted (task x optimizer x seed), by how far its rate is from its "
         "task's best:",
         hint_table(entries),
