@@ -3,7 +3,7 @@ learning rates, on five small tasks, for SGD, AdamW and LAMB.
 
     python bench/lr_finder.py [--quick] [--repeats SEEDS] [--keep DIR] [--record DIR]
                               [--offline DIR] [--extra-steps N ...] [--tasks NAME ...]
-                              [--optimizers NAME ...] [--device cuda]
+                              [--optimizers NAME ...] [--device cuda] [--schedule default]
 
 For each optimizer the template is rendered twice with the finders extra and a constant
 schedule (`scheduler: constant`, run with `--warmup-steps 0`): once with images, once with
@@ -40,6 +40,16 @@ without clipping (for SGD and AdamW, which clip by default) and, with --extra-st
 many steps, so that other stopping and suggestion rules (`STOPS`, `RULES`) are compared on
 the same sweeps. `--offline DIR` compares them again from a record, without training.
 10-12 minutes of one CPU core (measured with --extra-steps 100).
+
+`--schedule default` trains the same grid under the run's default schedule instead (the
+answer's `scheduler: warmup_cosine`, its default warmup of one epoch, a cosine down to a
+hundredth of the peak), with no sweeps: the peak rate that does best across the tasks is
+what copier.yml's `lr` defaults are chosen on. Every grid run's training loss at each
+optimizer step is kept (in grid.json, default record
+build/lr_finder-scheduled): the one-line hint of a learning rate far off (schedule.py's
+`lr_hint`) is chosen on them, against the rates 8x or more from each task's best and
+those within 2x: there the grid also grows (6 rates at most) until it reaches 8x either
+way of its best. 15-25 minutes of one CPU core.
 """
 
 from __future__ import annotations
@@ -65,9 +75,11 @@ from time_to_accuracy import tabular_task, write_digits  # noqa: E402
 TARGET = 2.0  # the suggestion within this factor of the grid's best
 SEEDS = 3
 OPTIMIZERS = ("sgd", "adamw", "lamb")
-DEFAULT_LR = {"sgd": 0.2, "adamw": 0.002, "lamb": 0.01}  # copier.yml's defaults
+DEFAULT_LR = {"sgd": 0.2, "adamw": 0.002, "lamb": 0.01}  # the grid's centre: copier.yml's
+# defaults before issue 27 (0.016 and 0.04 since), kept so that the grids stay the same
 GRID = [2.0**k for k in range(-3, 4)]  # times the default lr
 GROW = 3  # rates the grid may grow by at each end
+REACH, REACH_STEPS = 8, 6  # --schedule default: then it grows to 8x either way of the best
 
 
 @dataclass(frozen=True)
@@ -120,7 +132,7 @@ def digits_task(project: common.Project, work: Path) -> None:
         write_digits(work / "digits")
 
 
-COMMON = ("--workers", "0", "--warmup-steps", "0")
+COMMON = ("--workers", "0", "--warmup-steps", "0")  # --schedule default: no --warmup-steps
 TASKS = [
     Task("images", "images",
          ("--synthetic-size", "1024", "--image-size", "8", "--model", "mlp", "--batch-size", "32"),
@@ -259,13 +271,15 @@ def factor(ratio: float) -> float:
 
 
 # Running the rendered project.
-def render_projects(work: Path, optimizers, datas) -> dict[tuple[str, str], Path]:
+def render_projects(work: Path, optimizers, datas, schedule: str) -> dict[tuple[str, str], Path]:
     paths = {}
     for optimizer in optimizers:
         for data in datas:
             dest = work / f"{data}-{optimizer}"
             common.log(f"lr finder: rendering {dest.name}")
-            answers = dict(optimizer=optimizer, scheduler="constant", extras=["finders"])
+            answers = dict(optimizer=optimizer, extras=["finders"])
+            if schedule == "constant":
+                answers["scheduler"] = "constant"
             paths[data, optimizer] = common.render(dest, data=data, **answers)
     return paths
 
@@ -274,7 +288,8 @@ def task_flags(task: Task, work: Path, options) -> list[str]:
     flags = [str(work / "digits") if f == "DIGITS" else f for f in task.flags]
     if options.quick:
         flags = [QUICK_SIZES.get(prev, f) for prev, f in zip(["", *flags[:-1]], flags, strict=True)]
-    return [*COMMON, "--device", options.device, *flags]
+    run = COMMON if options.schedule == "constant" else COMMON[:2]
+    return [*run, "--device", options.device, *flags]
 
 
 def final_metric(project: common.Project, flags: list[str], regression: bool) -> float:
@@ -285,8 +300,29 @@ def final_metric(project: common.Project, flags: list[str], regression: bool) ->
     return value if math.isfinite(value) else -math.inf
 
 
-def train_grid(project, task, flags, out: Path, optimizer: str, seeds: int, grid, epochs: int):
-    """{lr: [final metric of each seed]}, grown at an end while the best is there."""
+@contextlib.contextmanager
+def step_losses(project: common.Project):
+    """A list that gets the training loss of every optimizer step (one micro-batch a step,
+    --accum-steps 1) while the project's compute_loss is wrapped."""
+    losses: list[float] = []
+    inner = project.train.compute_loss
+
+    def compute_loss(outputs, targets, args):
+        loss = inner(outputs, targets, args)
+        losses.append(loss.item())
+        return loss
+
+    project.train.compute_loss = compute_loss
+    try:
+        yield losses
+    finally:
+        project.train.compute_loss = inner
+
+
+def train_grid(project, task, flags, out: Path, optimizer: str, seeds: int, grid, epochs: int,
+               steps: dict | None = None):  # fmt: skip
+    """{lr: [final metric of each seed]}, grown at an end while the best is there; with
+    `steps`, steps[lr] gets each seed's training loss at every optimizer step."""
     results: dict[float, list[float]] = {}
     lrs = [DEFAULT_LR[optimizer] * k for k in grid]
 
@@ -295,7 +331,10 @@ def train_grid(project, task, flags, out: Path, optimizer: str, seeds: int, grid
         for seed in range(seeds):
             extra = ["--lr", f"{lr:.6g}", "--epochs", str(epochs), "--seed", str(seed)]
             extra += ["--out-dir", str(out)]
-            runs.append(final_metric(project, [*flags, *extra], task.regression))
+            with step_losses(project) as losses:
+                runs.append(final_metric(project, [*flags, *extra], task.regression))
+            if steps is not None:
+                steps.setdefault(lr, []).append(losses)
         results[lr] = runs
         common.log(f"  {task.name} {optimizer} lr {lr:.4g}: {shown(runs, task.regression)}")
 
@@ -308,6 +347,15 @@ def train_grid(project, task, flags, out: Path, optimizer: str, seeds: int, grid
             train(ordered[0] / 2)
         elif best == ordered[-1]:
             train(ordered[-1] * 2)
+        else:
+            break
+    for _ in range(REACH_STEPS if steps is not None else 0):  # rates 8x either way of the best
+        best = max(results, key=lambda lr: statistics.fmean(results[lr]))
+        ordered = sorted(results)
+        if ordered[-1] < REACH * best:
+            train(ordered[-1] * 2)
+        elif ordered[0] > best / REACH:
+            train(ordered[0] / 2)
         else:
             break
     return dict(sorted(results.items()))
@@ -374,6 +422,13 @@ def run_task(paths, task: Task, optimizer: str, work: Path, record: Path, option
         if options.quick:
             flags += ["--find-lr-steps", "30"]
         epochs = 1 if options.quick else task.epochs
+        if options.schedule == "default":
+            steps: dict[float, list[list[float]]] = {}
+            results = train_grid(project, task, flags, work / "run", optimizer, seeds, grid,
+                                 epochs, steps)  # fmt: skip
+            return {"task": task.name, "optimizer": optimizer, "regression": task.regression,
+                    "epochs": epochs, "grid": [[lr, runs] for lr, runs in results.items()],
+                    "steps": [[lr, steps[lr]] for lr in results]}  # fmt: skip
         results = train_grid(project, task, flags, work / "run", optimizer, seeds, grid, epochs)
         variants = {"run": []}  # whole-range sweeps: folder, flags
         if project.args(*flags).clip_grad > 0:
@@ -507,9 +562,160 @@ def rules_table(entries: list[dict], record: Path, folders: list[str]) -> tuple[
     return table, f"{best} (worst {worst_on_run[best]:.3g}, on the sweeps clipped as the run)"
 
 
+def common_rates(entries: list[dict]) -> list[float]:
+    """The grid rates every task of these entries trained."""
+    rates = [{lr for lr, _ in e["grid"]} for e in entries]
+    return sorted(set.intersection(*rates))
+
+
+def mean_metric(entry: dict, lr: float) -> float:
+    return next(statistics.fmean(runs) for rate, runs in entry["grid"] if rate == lr)
+
+
+def shortfall(entry: dict, lr: float) -> str:
+    """How far the rate's mean result is from the task's best: accuracy points lost, or the
+    regression's MSE as a multiple of the best."""
+    best = mean_metric(entry, best_lr(entry))
+    value = mean_metric(entry, lr)
+    if entry["regression"]:
+        return f"x{value / best:.2f}" if math.isfinite(value) else "inf"
+    return f"{value - best:+.1f}"
+
+
+def ranks(entry: dict, rates: list[float]) -> dict[float, float]:
+    """Each rate's rank among `rates` on this task (1: the best), ties sharing the mean."""
+    values = {lr: mean_metric(entry, lr) for lr in rates}
+    return {lr: 1 + sum(v > values[lr] for v in values.values())
+            + (sum(v == values[lr] for v in values.values()) - 1) / 2 for lr in rates}  # fmt: skip
+
+
+def defaults_table(entries: list[dict], optimizer: str) -> tuple[str, float, float]:
+    """The rates every task trained, each with its result on each task against the task's
+    best and its mean rank over the tasks: the table, the rate of the best mean rank and the
+    rate whose worst accuracy lost (classification tasks) is the least."""
+    chosen = [e for e in entries if e["optimizer"] == optimizer]
+    rates = common_rates(chosen)
+    task_ranks = [ranks(e, rates) for e in chosen]
+    mean_rank = {lr: statistics.fmean(r[lr] for r in task_ranks) for lr in rates}
+    worst = {
+        lr: max(mean_metric(e, best_lr(e)) - mean_metric(e, lr)
+                for e in chosen if not e["regression"])
+        for lr in rates
+    }  # fmt: skip
+    best_rank = min(rates, key=lambda lr: (mean_rank[lr], worst[lr]))
+    best_worst = min(rates, key=lambda lr: (worst[lr], mean_rank[lr]))
+    rows = []
+    for lr in rates:
+        row = [f"**{lr:.3g}**" if lr == best_rank else f"{lr:.3g}"]
+        row += [shortfall(e, lr) for e in chosen]
+        row += [f"{mean_rank[lr]:.1f}", f"{-worst[lr]:+.1f}"]
+        rows.append(row)
+    header = ["peak lr", *(e["task"] for e in chosen), "mean rank", "worst (classification)"]
+    return common.table(header, rows), best_rank, best_worst
+
+
+def hint_constants() -> dict[str, float]:
+    """HINT_STEPS, FLAT and RISEN as the template's schedule.py sets them."""
+    text = (common.ROOT / "template" / "{{package_name}}" / "schedule.py.jinja").read_text()
+    found = re.findall(r"^(HINT_STEPS|FLAT|RISEN) = ([0-9.]+)", text, re.MULTILINE)
+    return {name: float(value) for name, value in found}
+
+
+def hint(losses: list[float], epochs: int, constants: dict[str, float]) -> str | None:
+    """schedule.py's LrHint on a run's step losses: "low", "high" or None. It reads them at
+    the end of the first epoch that ends 2 x HINT_STEPS steps or more into the run."""
+    steps, per_epoch = int(constants["HINT_STEPS"]), len(losses) // epochs
+    end = next((n for n in range(per_epoch, len(losses) + 1, per_epoch) if n >= 2 * steps), None)
+    if end is None:
+        return None
+    first = statistics.fmean(losses[:steps])
+    last = statistics.fmean(losses[end - steps : end])
+    epoch_loss = statistics.fmean(losses[end - per_epoch : end])
+    if not first > 0:
+        return None
+    if last > constants["RISEN"] * first:
+        return "high"
+    if abs(last - first) < constants["FLAT"] * first and last < epoch_loss:
+        return "low"
+    return None
+
+
+def hint_class(lr: float, best: float) -> str:
+    """How far a grid rate is from its task's best (the grid's rates are powers of 2 apart)."""
+    doublings = round(math.log2(lr / best))
+    if abs(doublings) <= 1:
+        return "within 2x of the best"
+    if abs(doublings) < 3:
+        return "between (4x either way)"
+    return f"8x or more {'below' if doublings < 0 else 'above'} the best"
+
+
+def hint_table(entries: list[dict]) -> str:
+    """How the hint reads every grid run, by how far its rate is from the task's best."""
+    constants = hint_constants()
+    names = ["8x or more below the best", "within 2x of the best", "8x or more above the best",
+             "between (4x either way)"]  # fmt: skip
+    counts = {name: {"low": 0, "high": 0, None: 0} for name in names}
+    for e in entries:
+        for lr, seeds in e["steps"]:
+            for losses in seeds:
+                counts[hint_class(lr, best_lr(e))][hint(losses, e["epochs"], constants)] += 1
+    rows = [[name, str(sum(c.values())), str(c["low"]), str(c["high"]), str(c[None])]
+            for name, c in counts.items()]  # fmt: skip
+    header = ["grid rate", "runs", "says too low", "says too high", "silent"]
+    return common.table(header, rows)
+
+
+def scheduled_report(entries: list[dict]) -> str:
+    """--schedule default: the grid, and the rate that does best across the tasks."""
+    title = "### Default learning rates: a trained grid under the default schedule"
+    seeds = len(entries[0]["grid"][0][1])
+    rows = [[e["task"], e["optimizer"], str(e["epochs"]), grid_cell(e), f"{best_lr(e):.3g}"]
+            for e in entries]  # fmt: skip
+    metric = "final val acc % (regression: val MSE) by peak lr, mean of seeds"
+    header = ["task", "optimizer", "epochs", metric, "best"]
+    parts = [
+        title,
+        f"Each grid rate trained from {seeds} seeds for the epochs shown under the run's "
+        "default schedule (`warmup_cosine`: a linear warmup over the first epoch, then a "
+        "cosine down to a hundredth of the peak), the run's other defaults as in the "
+        "section above; the best rate (bold) has the best mean final validation accuracy "
+        "(regression: the lowest mean validation MSE).",
+        common.table(header, rows),
+        "Each optimizer's rates that every task trained: accuracy points against the task's "
+        "best (regression: its MSE as a multiple of the best), the mean rank over the five "
+        "tasks (1: the best on every task; ties share), and the worst loss of accuracy over "
+        "the four classification tasks. Bold: the best mean rank.",
+    ]
+    for optimizer in dict.fromkeys(e["optimizer"] for e in entries):
+        table, best_rank, best_worst = defaults_table(entries, optimizer)
+        parts += [
+            f"{optimizer}: best mean rank {best_rank:.3g}, smallest worst case {best_worst:.3g}",
+            table,
+        ]
+    constants = hint_constants()
+    parts += [
+        "The hint of a learning rate far off (schedule.py's `LrHint`), on every grid run's "
+        "training losses: the mean of the first "
+        f"{constants['HINT_STEPS']:g} optimizer steps against that of the last "
+        f"{constants['HINT_STEPS']:g} of the first epoch (here each has 32 to 62 steps): too "
+        f"high if it ends above {constants['RISEN']:g} times its start, too low if it moved by "
+        f"less than {constants['FLAT']:.0%} either way and ends below the epoch's mean (still "
+        "falling). "
+        "Each run is counted (task x optimizer x seed), by how far its rate is from its "
+        "task's best:",
+        hint_table(entries),
+    ]
+    return "\n\n".join(parts)
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = common.parser(__doc__)
-    parser.add_argument("--record", type=Path, default=common.ROOT / "build" / "lr_finder")
+    parser.add_argument("--record", type=Path, default=None, help="default: build/lr_finder")
+    parser.add_argument(
+        "--schedule", choices=("constant", "default"), default="constant",
+        help="the grid's schedule: constant, or the run's default (no sweeps)",
+    )  # fmt: skip
     parser.add_argument("--offline", type=Path, default=None, help="a record to compare again")
     parser.add_argument("--tasks", nargs="*", default=None, help="only these tasks")
     parser.add_argument("--optimizers", nargs="*", default=None, help="only these optimizers")
@@ -525,6 +731,9 @@ def main(argv: list[str] | None = None) -> str:
     if options.quick:
         optimizers = options.optimizers or ["sgd", "adamw"]
         options.extra_steps = []
+    if options.record is None:
+        name = "lr_finder" if options.schedule == "constant" else "lr_finder-scheduled"
+        options.record = common.ROOT / "build" / name
     record = (options.offline or options.record).resolve()  # runs change the working folder
     if options.offline is None:
         if record.is_dir() and any(record.iterdir()) and not (record / "grid.json").is_file():
@@ -533,12 +742,15 @@ def main(argv: list[str] | None = None) -> str:
         record.mkdir(parents=True)
         entries = []
         with common.workdir(options.keep) as work:
-            paths = render_projects(work, optimizers, sorted({t.data for t in tasks}))
+            datas = sorted({t.data for t in tasks})
+            paths = render_projects(work, optimizers, datas, options.schedule)
             for task in tasks:
                 for optimizer in optimizers:
                     entries.append(run_task(paths, task, optimizer, work, record, options))
                     (record / "grid.json").write_text(json.dumps(entries, indent=1))
     entries = json.loads((record / "grid.json").read_text())
+    if "steps" in entries[0]:
+        return scheduled_report(entries)
     folders = sorted(
         (p.name for p in record.iterdir() if p.is_dir() and p.name != "rendered"),
         key=lambda name: (name != "run", name != "noclip", name),

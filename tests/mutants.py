@@ -295,7 +295,7 @@ MUTANTS = [
         "adam-default-lr-too-low-to-learn",
         "each optimizer with sensible defaults",
         "copier.yml",
-        "'adam': 0.002,",
+        "'adam': 0.016,",
         "'adam': 0.000002,",
         ("tests/test_convergence.py", "-k", "adam and not adamw"),
     ),
@@ -1746,6 +1746,49 @@ MUTANTS = [
         'return float(f"{lrs[lowest_step(smoothed)] / 10:.3g}")',
         'return float(f"{lrs[lowest_step(smoothed)] / 3:.3g}")',
         ("tests/test_finders.py", "-k", "climbs_back"),
+    ),
+    # Issue 27: the hint of a learning rate far off
+    Mutant(
+        "lr-hint-rise-inverted",
+        "the lr hint: too high only when the loss rose by half",
+        SCHEDULE,
+        "if last > RISEN * first:",
+        "if last < RISEN * first:",
+        ("tests/test_schedules.py", "-k", "far_off"),
+    ),
+    Mutant(
+        "lr-hint-never-printed",
+        "the lr hint: a run whose first epoch shows its lr far off says so",
+        SCHEDULE,
+        """            if line := self.line(step, epoch_loss, lr):
+                print(line)""",
+        """            if line := self.line(step, epoch_loss, lr):
+                pass""",
+        ("tests/test_schedules.py", "-k", "far_off"),
+    ),
+    Mutant(
+        "lr-hint-wrong-way",
+        "the lr hint: a rate too low is told to go 10x higher",
+        SCHEDULE,
+        'word, flag = "low", {% if finders %}"auto"{% else %}f"{lr * 10:g}"',
+        'word, flag = "low", {% if finders %}"auto"{% else %}f"{lr / 10:g}"',
+        ("tests/test_schedules.py", "-k", "far_off"),
+    ),
+    Mutant(
+        "lr-hint-no-auto",
+        "the lr hint: with the finders extra, it names --lr auto",
+        SCHEDULE,
+        'word, flag = "low", {% if finders %}"auto"',
+        'word, flag = "low", {% if finders %}f"{lr * 10:g}"',
+        ("tests/test_schedules.py", "-k", "far_off"),
+    ),
+    Mutant(
+        "lr-hint-read-again-on-resume",
+        "the lr hint: read once, from the run's first steps; a resumed run does not read it",
+        TRAIN,
+        "hint = LrHint(progress.step)",
+        "hint = LrHint(0)",
+        ("tests/test_schedules.py", "-k", "far_off"),
     ),
 ]
 

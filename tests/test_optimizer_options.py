@@ -55,14 +55,14 @@ CASES = {
         (["--momentum", "0"], lambda m, fast, own: SGD(plain(m, 5e-4), lr=0.2, **fast)),
     ],
     "adam": [
-        ([], lambda m, fast, own: Adam(plain(m, 0.0), lr=0.002, betas=(0.9, 0.999), **fast)),
+        ([], lambda m, fast, own: Adam(plain(m, 0.0), lr=0.016, betas=(0.9, 0.999), **fast)),
         (
             ["--lr", "0.01", "--beta1", "0.8", "--beta2", "0.95", "--weight-decay", "0.1"],
             lambda m, fast, own: Adam(plain(m, 0.1), lr=0.01, betas=(0.8, 0.95), **fast),
         ),
     ],
     "adamw": [
-        ([], lambda m, fast, own: AdamW(plain(m, 0.05), lr=0.002, betas=(0.9, 0.999), **fast)),
+        ([], lambda m, fast, own: AdamW(plain(m, 0.05), lr=0.016, betas=(0.9, 0.999), **fast)),
         (
             ["--lr", "0.01", "--beta1", "0.8", "--beta2", "0.95", "--weight-decay", "0.1"],
             lambda m, fast, own: AdamW(plain(m, 0.1), lr=0.01, betas=(0.8, 0.95), **fast),
@@ -72,7 +72,7 @@ CASES = {
         (
             [],
             lambda m, fast, own: NAdam(
-                plain(m, 0.0), lr=0.002, betas=(0.9, 0.999), decoupled_weight_decay=True
+                plain(m, 0.0), lr=0.016, betas=(0.9, 0.999), decoupled_weight_decay=True
             ),
         ),
         (
@@ -104,7 +104,7 @@ CASES = {
         ),
     ],
     "lamb": [
-        ([], lambda m, fast, own: own.Lamb(layerwise(m, 0.02), lr=0.01, betas=(0.9, 0.999))),
+        ([], lambda m, fast, own: own.Lamb(layerwise(m, 0.02), lr=0.04, betas=(0.9, 0.999))),
         (
             ["--lr", "0.05", "--beta1", "0.8", "--beta2", "0.95", "--weight-decay", "0.1"],
             lambda m, fast, own: own.Lamb(layerwise(m, 0.1), lr=0.05, betas=(0.8, 0.95)),

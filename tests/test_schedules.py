@@ -9,6 +9,7 @@ optimizer step k (counted from 0) uses.
 from __future__ import annotations
 
 import math
+import re
 import shutil
 
 import pytest
@@ -497,3 +498,72 @@ def test_1cycle_cannot_continue_past_its_end_and_restarts(project, tmp_path):
     )
     restarted = lrs_by_step(proj, tmp_path / "a", "--epochs", "4", "--more-epochs", "restart")
     assert restarted == pytest.approx(first)
+
+
+# The hint of a learning rate far off (schedule.py's LrHint): 640 images of 8x8 in batches of
+# 16 train the MLP 40 steps an epoch; SGD's default lr is 0.2.
+HINT_RUN = ["--synthetic-size", "640", "--image-size", "8", "--model", "mlp"]
+HINT_RUN += ["--batch-size", "16", "--workers", "0", "--device", "cpu"]
+HINT = r"--lr (\S+) looks too (low|high): the training loss went from (\S+) to (\S+) in the "
+HINT += r"first 40 steps; try --lr (\S+)"
+
+
+@pytest.fixture(scope="module")
+def without_finders(template, tmp_path_factory):
+    """The project of `project("warmup_cosine")`, without the finders extra."""
+    return render(template, tmp_path_factory.mktemp("plain"), amp="off", optimizer="sgd", extras=[])
+
+
+def hints(proj, out, capsys, *flags: str) -> list[tuple]:
+    """Train; the hint lines printed, each as (lr, word, first, last, flag)."""
+    capsys.readouterr()
+    train(proj, *HINT_RUN, "--out-dir", str(out), *flags)
+    lines = capsys.readouterr().out.splitlines()
+    said = [line for line in lines if " looks too " in line]
+    assert all(re.fullmatch(HINT, line) for line in said), said
+    if said:  # right after the epoch line of the epoch where it was read
+        assert lines[lines.index(said[0]) - 1].startswith("epoch 1/")
+    return [re.fullmatch(HINT, line).groups() for line in said]
+
+
+@pytest.mark.parametrize("finders", [True, False], ids=["finders", "no-finders"])
+def test_a_learning_rate_far_off_is_named_once_with_the_flag_to_try(
+    project, without_finders, tmp_path, capsys, monkeypatch, finders
+):
+    proj = project("warmup_cosine") if finders else without_finders
+    # The default lr says nothing, on the built-in images (and over a second epoch).
+    assert hints(proj, tmp_path / "default", capsys, "--epochs", "2") == []
+    # 1000x too low: the loss hardly moves. Said once, after the first epoch only.
+    [(lr, word, first, last, flag)] = hints(
+        proj, tmp_path / "low", capsys, "--lr", "0.0002", "--epochs", "2"
+    )
+    assert (lr, word, flag) == ("0.0002", "low", "auto" if finders else "0.002")
+    assert 0.98 * float(first) < float(last) < float(first)
+    # 100x too high: the loss explodes (clipped at norm 1, as the run clips).
+    [(lr, word, first, last, flag)] = hints(
+        proj, tmp_path / "high", capsys, "--lr", "20", "--epochs", "1"
+    )
+    assert (lr, word, flag) == ("20", "high", "auto" if finders else "2")
+    assert float(last) > 1.5 * float(first)
+    # Not finite: the run says so itself, and the hint says nothing more.
+    nan = ["--lr", "100", "--clip-grad", "0", "--epochs", "1"]
+    if finders:  # with the guard (RUNTIME_EXTRAS): it skips those steps and counts them
+        assert hints(proj, tmp_path / "nan", capsys, *nan) == []
+        assert read_metrics(tmp_path / "nan")[0]["nonfinite_steps"] > 0
+    else:  # the run stops
+        with pytest.raises(SystemExit):
+            hints(proj, tmp_path / "nan", capsys, *nan)
+        out, err = capsys.readouterr()
+        assert "the weights are no longer finite" in err and " looks too " not in out
+    # A run resumed past the first epoch does not read it again.
+    with inside(proj):
+        import train as project_train
+        from proj.schedule import LrHint
+
+        read = []
+        monkeypatch.setattr(LrHint, "line", lambda self, *args: read.append(args) or "")
+        flags = [*HINT_RUN, "--lr", "0.0002", "--epochs", "3", "--out-dir", str(tmp_path / "low")]
+        project_train.main(flags)
+    assert read == []
+    assert " looks too " not in capsys.readouterr().out
+    assert len(read_metrics(tmp_path / "low")) == 3
