@@ -1,64 +1,78 @@
-"""Time to accuracy: the rendered defaults against a naive loop, on three small tasks.
+"""Time to accuracy by budget: the rendered defaults in a third of a naive loop's time.
 
-    python bench/time_to_accuracy.py [--quick] [--repeats N] [--synthetic-size N]
-                                     [--device cuda] [--project DIR]
+    python bench/time_to_accuracy.py [--quick] [--repeats SEEDS] [--synthetic-size N]
+                                     [--keep DIR] [--device cuda]
 
-The template is rendered with its default answers (SGD with Nesterov momentum at the
-default lr, gradients clipped at norm 1, linear warmup then cosine, batch 128, augmentation
-for images; bf16 autocast on a GPU, float32 on a CPU) and its train.py runs as a user would
-run it, changing only the data and model flags and --epochs: both loops get the same
-number of epochs (the defaults' schedule spans them). The naive loop trains the same model
-with Adam at a constant lr of 1e-3, batch 32, no schedule and no augmentation, in float32;
-its final validation accuracy is the target.
+What users do is set `--epochs` for the time they have. For each task the naive loop (the
+same model with Adam at a constant lr of 1e-3, batch 32, no schedule, no augmentation,
+float32) trains for its full budget, a fixed number of epochs chosen so that it has
+plateaued or nearly; its final validation accuracy is the target. Then the template
+rendered with its default answers runs train.py as a user would (changing only the data and
+model flags, the seed and --epochs), with --epochs set so that the whole run takes at most a
+third of the naive loop's time; and so does a second variant, the defaults plus the finders
+extra run with `--lr auto`, whose sweep counts against the third. Target, on every task and
+seed: each variant's final validation accuracy reaches the naive loop's.
 
-Tasks:
-  - the built-in synthetic set (`--synthetic-size` images, 32x32, its own validation split;
-    1500 on a CPU, where a step is slow, and 20000 on a GPU) and the built-in ResNet;
+Tasks, none downloaded:
+  - the built-in synthetic images (`--synthetic-size` images, 32x32, their own validation
+    split; 1500 on a CPU, where a step is slow, and 20000 on a GPU), the built-in ResNet;
   - scikit-learn's bundled digits (1797 8x8 images, 10 classes), written here as PNGs into
     an image folder (every fifth image of each class to val/) and trained the way a user
     would: `--data imagefolder --image-size 8 --hflip 0` (a mirrored digit is no digit),
     with the built-in ResNet. The naive loop reads the same folder with the project's
     validation transform (no random crop, no flip) for both splits;
-  - not images: scikit-learn's make_classification with heavy-tailed features and an MLP
-    with dropout, the kind of data set and model a user brings (`tabular_task`).
+  - tabular: scikit-learn's make_classification with heavy-tailed features and a user's MLP
+    with dropout (`tabular_task`), in a project rendered with `data: tensors`;
+  - 1-d signals: issue 27's user task, 4,000 float signals of length 40 (10 classes; 1,000
+    more for validation) in a TensorDataset and the user's three-layer Conv1d
+    (data_pipeline.py's `conv1d_net`), plugged into a `data: tensors` project
+    (`signals_task`).
 
-The defaults also run alone on more seeds: a run that was well above chance and ends back
-near it has collapsed, and the table counts those.
+How the epochs are chosen: on the first seed the naive loop runs first, and a third of its
+time is the budget. Then each variant is calibrated by a 2-epoch run (with `--lr auto` for
+the finders variant): the time of its first epoch, of each epoch after it and of its sweep.
+Its epochs are the most whose predicted time (sweep, first epoch, the rest) fits in 95 % of
+the budget (at least 1); the same epochs then run on every seed, and the table reports the
+time each run actually took.
 
 How it is made fair:
   - Both are evaluated on the same validation set, built by the project's build_dataset,
-    after every epoch; both use the same seed in a pair (each pair a different seed).
+    after every epoch; every run of a seed uses that seed.
   - Same clock: train.py's metrics.csv column `elapsed_s` (wall seconds since its epoch
-    loop started, evaluation and checkpoints included); the naive loop's clock starts
-    where its first epoch starts and every epoch's evaluation counts too. Building the
-    data set and the model is outside both clocks.
-  - The time to the target is the elapsed time at the end of the first epoch whose
-    validation accuracy reaches it, for both (the naive loop may reach its final accuracy
-    before its last epoch). Evaluation happens once per epoch, so times are known to the
-    epoch.
+    loop started, evaluation and checkpoints included), plus, for `--lr auto`, the wall
+    time of its sweep (train.py's `auto_lr`, timed here); the naive loop's clock starts
+    where its first epoch starts and every epoch's evaluation counts too. Building the data
+    set and the model (start-up) is outside every clock.
   - The naive loop loads with 0 workers: with no augmentation its samples cost next to
     nothing to load, and worker processes would only add start-up time.
-  - Pairs alternate which run goes first. These runs are long on a CPU, so there are
-    fewer pairs than in the other benchmarks (see the table).
+  - On each seed the three runs alternate their order (naive first on even seeds, last on
+    odd ones), so that a machine warming up or a neighbour's burst favours none. The
+    1-minute load average before each task is reported.
 
-The ratio is naive time / defaults time: 3.0 means the defaults reach the naive loop's
-final accuracy in a third of its time. Target: >= 3.
+A run of either variant that was well above chance and ends back near it has collapsed,
+and the table counts those.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
-TARGET = 3.0
-PAIRS = 3  # seeds on which the naive loop and the defaults run side by side
-SEEDS = 5  # seeds of the defaults, for the collapse count
+SEEDS = 3
+SHARE = 3  # the variants get a third of the naive loop's time
+MARGIN = 0.95  # of that third, what the predicted time may fill: the machine is noisy
+CALIBRATION_EPOCHS = 2
+EXTRAS = ["preemption"]  # copier.yml's default extras
+VARIANTS = ("defaults", "defaults + finders, --lr auto")
 
 
 def write_digits(root: Path) -> None:
@@ -161,8 +175,118 @@ def collapsed(history: list[tuple[float, float]], chance: float = 10.0) -> bool:
     return best - chance >= 20 and final - chance <= (best - chance) / 5
 
 
-def first_reaching(history: list[tuple[float, float]], target: float) -> float | None:
-    return next((t for t, acc in history if acc >= target - 1e-9), None)
+def signals_task(project: common.Project):
+    """Issue 27's user task: 4,000 float signals of shape (1, 40), 10 classes (the built-in
+    generator's kind: two sine waves of the class's frequencies, random phases, strong
+    noise, at length 40 and another seed), 1,000 more for validation, in a TensorDataset; the
+    user's three-layer Conv1d (data_pipeline.py's `conv1d_net`) as "user_conv1d"."""
+    from data_pipeline import conv1d_net
+
+    class Signals40(project.data.SyntheticSignals):
+        LENGTH = 40
+
+    train_set, val_set = Signals40(4000, "train", seed=40), Signals40(1000, "val", seed=40)
+    info = project.data.DataInfo(10, (1, 40))
+    project.models.MODELS["user_conv1d"] = lambda info: conv1d_net(info.input_shape[0])
+    project.train.build_dataset = lambda args: (train_set, val_set, info)
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str  # short, for the verdicts
+    label: str
+    data: str  # the render: images or tensors
+    flags: tuple[str, ...]
+    epochs: int  # the naive loop's budget
+    setup: Callable | None = None  # (project) -> None, after each import
+
+
+@dataclass
+class Run:
+    history: list[tuple[float, float]]  # (elapsed s, val acc %) after each epoch
+    sweep_s: float = 0.0  # --lr auto's sweep
+    lr: float | None = None  # the lr the sweep chose
+
+    @property
+    def seconds(self) -> float:
+        return self.sweep_s + self.history[-1][0]
+
+    @property
+    def final(self) -> float:
+        return self.history[-1][1]
+
+
+def tasks(work: Path, synthetic: int, quick: bool) -> list[Task]:
+    digits = ["--data", "imagefolder", "--data-dir", str(work / "digits"), "--image-size", "8",
+              "--hflip", "0"]  # fmt: skip
+    return [
+        Task("images", "synthetic images, 32x32, built-in ResNet", "images",
+             ("--synthetic-size", str(synthetic)), 2 if quick else 20),
+        Task("digits", "digits (scikit-learn), 8x8 PNG folder, built-in ResNet", "images",
+             tuple(digits), 2 if quick else 15),
+        Task("tabular", "tabular (make_classification, heavy tails), user's MLP", "tensors",
+             ("--model", "user_mlp"), 2 if quick else 40, tabular_task),
+        Task("signals", "1-d signals, 4,000 x 40, user's Conv1d", "tensors",
+             ("--model", "user_conv1d"), 2 if quick else 20, signals_task),
+    ]  # fmt: skip
+
+
+class Projects:
+    """The rendered projects, one imported at a time (the package name is the same)."""
+
+    def __init__(self, paths: dict[tuple[str, bool], Path]) -> None:
+        self.paths, self.key, self.project = paths, None, None
+
+    def get(self, data: str, finders: bool, task: Task) -> common.Project:
+        if self.key != (data, finders, task.label):
+            self.close()
+            self.project = common.Project(self.paths[data, finders])
+            if task.setup is not None:
+                task.setup(self.project)
+            self.key = (data, finders, task.label)
+        return self.project
+
+    def close(self) -> None:
+        if self.project is not None:
+            self.project.close()
+        self.project = self.key = None
+
+
+def rendered(project: common.Project, flags: list[str], epochs: int, out: Path) -> Run:
+    """train.py's main() as a user runs it, --lr auto's sweep timed."""
+    run = Run([])
+    auto_lr = getattr(project.train, "auto_lr", None)
+    if auto_lr is not None:
+
+        def timed(args, *rest):
+            start = time.perf_counter()
+            try:
+                return auto_lr(args, *rest)
+            finally:
+                run.sweep_s = time.perf_counter() - start
+                run.lr = args.lr
+
+        project.train.auto_lr = timed
+    try:
+        rows = project.main(*flags, "--epochs", str(epochs), "--out-dir", str(out))
+    finally:
+        if auto_lr is not None:
+            project.train.auto_lr = auto_lr
+    run.history = [(row["elapsed_s"], row["val_acc"]) for row in rows]
+    return run
+
+
+def fitting_epochs(calibration: Run, budget: float) -> int:
+    """The most epochs whose predicted time (the sweep, the first epoch, then each epoch as
+    long as the calibration's later ones) fits in MARGIN of the budget; at least 1."""
+    first = calibration.history[0][0]
+    per_epoch = (calibration.history[-1][0] - first) / (len(calibration.history) - 1)
+    room = MARGIN * budget - calibration.sweep_s - first
+    return max(1, 1 + int(room // per_epoch))
+
+
+def by_epoch(history: list[tuple[float, float]]) -> str:
+    return ", ".join(f"{t:.1f}s {acc:.1f}%" for t, acc in history)
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -174,137 +298,183 @@ def main(argv: list[str] | None = None) -> str:
         help="synthetic training images (default: 1500 on the CPU, 20000 on a GPU)",
     )
     options = parser.parse_args(argv)
+    title = "### Time to accuracy by budget: the defaults in a third of a naive loop's time"
+    if options.project is not None:  # a machine without Copier
+        return f"{title}\n\nNot run: it renders projects of its own, which --project cannot give."
     quick = options.quick
     gpu = options.device.startswith("cuda")
     synthetic = options.synthetic_size or (256 if quick else 20000 if gpu else 1500)
+    seeds = options.repeats or (1 if quick else SEEDS)
+    device = ["--device", options.device]
+    rows, results, loads = [], [], []
+    started = time.perf_counter()
     with common.workdir(options.keep) as work:
-        common.log("time to accuracy: writing digits, preparing the default project")
+        common.log("time to accuracy: writing digits, rendering the projects")
         write_digits(work / "digits")
-        project = common.default_project(options, work)
-        build_dataset = project.train.build_dataset
-        device = ["--device", options.device]
-        # label, data flags, epochs (both), set-up
-        sets = [
-            ("synthetic, 32x32",
-             ["--synthetic-size", str(synthetic)],
-             2 if quick else 10, None),
-            ("digits (scikit-learn), 8x8 PNG folder",
-             ["--data", "imagefolder", "--data-dir", str(work / "digits"), "--image-size", "8",
-              "--hflip", "0"],
-             2 if quick else 20, None),
-            ("tabular (make_classification, heavy tails), user's MLP",
-             ["--model", "user_mlp"],
-             2 if quick else 30, tabular_task),
-        ]  # fmt: skip
-        pairs = options.repeats or (1 if quick else PAIRS)
-        seeds = 1 if quick else SEEDS
-        rows, ratios_all, collapses = [], [], []
+        paths = {}
+        for data in ("images", "tensors"):
+            for finders in (False, True):
+                name = f"{data}{'-finders' if finders else ''}"
+                extras = EXTRAS + (["finders"] if finders else [])
+                paths[data, finders] = common.render(work / name, data=data, extras=extras)
+        projects = Projects(paths)
+        task_list = tasks(work, synthetic, quick)
         try:
-            for n, (label, data_flags, epochs, setup) in enumerate(sets):
-                project.train.build_dataset = build_dataset
-                if setup is not None:
-                    setup(project)
-                results, finals = [], []
-                for seed in range(max(pairs, seeds)):
-                    flags = [*data_flags, *device, "--seed", str(seed)]
-                    out = ["--out-dir", str(work / "runs" / str(n))]
-
-                    def run_defaults(flags=flags, out=out, epochs=epochs):
-                        rows = project.main(*flags, "--epochs", str(epochs), *out)
-                        return [(row["elapsed_s"], row["val_acc"]) for row in rows]
-
-                    if seed >= pairs:  # the defaults alone: how often they collapse
-                        defaults_history = run_defaults()
-                        finals.append(defaults_history)
-                        common.log(f"  {label} seed {seed}: " + by_epoch(defaults_history))
-                        continue
-                    if seed % 2 == 0:
-                        naive_history = naive(project, flags, epochs)
-                        defaults_history = run_defaults()
-                    else:
-                        defaults_history = run_defaults()
-                        naive_history = naive(project, flags, epochs)
-                    finals.append(defaults_history)
-                    target = naive_history[-1][1]
-                    naive_time = first_reaching(naive_history, target)
-                    defaults_time = first_reaching(defaults_history, target)
-                    results.append((target, naive_time, defaults_time, defaults_history))
-                    shown = "not reached" if defaults_time is None else f"{defaults_time:.1f} s"
-                    common.log(
-                        f"  {label} pair {seed + 1}/{pairs}: target {target:.2f}% naive "
-                        f"{naive_time:.1f} s, defaults {shown} "
-                        f"(final {defaults_history[-1][1]:.2f}%)"
-                    )
-                    for name, history in (("naive", naive_history), ("defaults", defaults_history)):
-                        common.log(f"    {name} by epoch: {by_epoch(history)}")
-                collapses.append(sum(collapsed(history) for history in finals))
-                reached = [(t, nt, dt) for t, nt, dt, _ in results if dt is not None]
-                ratios = [nt / dt for _, nt, dt in reached]
-                ratios_all.append(statistics.median(ratios) if len(reached) == pairs else None)
-                rows.append(
-                    [
-                        label,
-                        f"{epochs}",
-                        f"{statistics.median(t for t, *_ in results):.2f}",
-                        f"{statistics.median(nt for _, nt, *_ in results):.1f}",
-                        f"{statistics.median(h[-1][1] for h in finals):.2f}",
-                        (
-                            f"{statistics.median(dt for *_, dt in reached):.1f}"
-                            if reached
-                            else "not reached"
-                        ),
-                        (
-                            common.ratio_cell(ratios)
-                            + (
-                                ""
-                                if len(reached) == pairs
-                                else f" ({pairs - len(reached)} not reached)"
-                            )
-                            if ratios
-                            else "—"
-                        ),
-                        f"{collapses[-1]} of {len(finals)}",
-                    ]
-                )
+            for n, task in enumerate(task_list):
+                loads.append(os.getloadavg()[0])
+                entry = measure_task(projects, task, work / "runs" / str(n), device, seeds, quick)
+                results.append(entry)
+                rows += table_rows(task, entry)
         finally:
-            project.train.build_dataset = build_dataset
-            project.close()
+            projects.close()
     header = [
         "task",
-        "epochs (both)",
-        "target: naive final val acc %",
-        "naive s to target",
-        "defaults final val acc %",
-        "defaults s to target",
-        "naive / defaults time",
-        "defaults runs collapsed",
+        "run",
+        "epochs",
+        "wall s, median (max)",
+        "naive / run time, median (min)",
+        "final val acc %, mean (min)",
+        "reached the naive final",
+        "collapsed",
     ]
-    summary = ", ".join(
-        f"{label}: " + (f"{m:.2f}" if m is not None else "target not reached")
-        for (label, *_), m in zip(sets, ratios_all, strict=True)
+    verdicts = []
+    for v, variant in enumerate(VARIANTS):
+        met = all(all(reached(e, v)) and all(fits(e, v)) for e in results)
+        summary = "; ".join(
+            f"{task.name}: {sum(reached(e, v))} of {len(e['naive'])} reached, "
+            f"{sum(fits(e, v))} in the third"
+            for task, e in zip(task_list, results, strict=True)
+        )
+        verdicts.append(
+            common.verdict(
+                met,
+                f"{variant}: the naive loop's final accuracy reached in a third of its time, "
+                f"on every task and seed ({summary})",
+            )
+        )
+    collapses = [sum(collapsed(r.history) for v in (0, 1) for r in e["runs"][v]) for e in results]
+    verdicts.append(
+        common.verdict(
+            not any(collapses),
+            "no run of either variant collapsed (fell back to chance for good): "
+            + ", ".join(f"{c} of {2 * seeds}" for c in collapses),
+        )
     )
     return "\n\n".join(
         [
-            "### Time to accuracy: rendered defaults vs a naive loop",
-            f"Medians over {pairs} seeds, each a pair run side by side (min–max of the ratio "
-            f"in brackets); the defaults also ran alone on more seeds, {seeds} in all, for the "
-            "collapse count. Times are wall seconds with evaluation, known to the epoch.",
+            title,
+            f"{seeds} seeds; on each, the naive loop (Adam 1e-3, batch 32, constant, no "
+            "augmentation, float32) trains for its budget and its final validation accuracy "
+            "is that seed's target; the defaults (rendered with default answers, as a user "
+            "runs train.py) and the defaults with the finders extra and `--lr auto` (its "
+            "sweep's time included) run with the most epochs that fit in a third of the naive "
+            "time, as calibrated on the first seed. Wall seconds from the first epoch's start, "
+            "evaluation included, start-up excluded; the finders' seconds include the sweep "
+            "(in brackets: its median seconds and the median lr it chose). 1-minute load "
+            "average before each task (2 cores, shared): "
+            + ", ".join(f"{load:.1f}" for load in loads)
+            + f"; {(time.perf_counter() - started) / 60:.0f} minutes in all.",
             common.table(header, rows),
-            common.verdict(
-                all(m is not None and m >= TARGET for m in ratios_all),
-                f"target naive / defaults time >= {TARGET:.0f} on every task ({summary})",
-            ),
-            common.verdict(
-                not any(collapses),
-                "no run of the defaults collapsed (fell back to chance for good): "
-                + ", ".join(f"{c} of {seeds}" for c in collapses),
-            ),
+            *verdicts,
         ]
     )
 
 
-def by_epoch(history: list[tuple[float, float]]) -> str:
-    return ", ".join(f"{t:.1f}s {acc:.1f}%" for t, acc in history)
+def measure_task(projects: Projects, task: Task, out: Path, device, seeds: int, quick: bool):
+    """The naive runs, the variants' epochs and runs of one task, over the seeds."""
+    data_flags = [*task.flags, *device]
+    naive_runs: list[Run] = []
+    runs: list[list[Run]] = [[], []]
+    epochs: list[int] = []
+
+    def run_naive(seed: int) -> None:
+        project = projects.get(task.data, False, task)
+        history = naive(project, [*data_flags, "--seed", str(seed)], task.epochs)
+        naive_runs.append(Run(history))
+        common.log(f"  {task.label} seed {seed} naive: {by_epoch(history)}")
+
+    def run_variant(v: int, seed: int, count: int) -> Run:
+        project = projects.get(task.data, v == 1, task)
+        flags = [*data_flags, "--seed", str(seed)] + (["--lr", "auto"] if v == 1 else [])
+        run = rendered(project, flags, count, out / f"{v}-{seed}")
+        common.log(
+            f"  {task.label} seed {seed} {VARIANTS[v]}, {count} epochs"
+            + (f" (sweep {run.sweep_s:.1f}s, lr {run.lr:.3g})" if v == 1 else "")
+            + f": {by_epoch(run.history)}"
+        )
+        return run
+
+    run_naive(0)
+    budget = naive_runs[0].seconds / SHARE
+    for v in (0, 1):
+        calibration = run_variant(v, 0, CALIBRATION_EPOCHS)
+        epochs.append(fitting_epochs(calibration, budget))
+    common.log(f"  {task.label}: budget {budget:.1f}s, epochs {epochs}")
+    for seed in range(seeds):
+        if seed > 0 and seed % 2 == 0:
+            run_naive(seed)
+        for v in (0, 1) if seed % 2 == 0 else (1, 0):
+            runs[v].append(run_variant(v, seed, epochs[v]))
+        if seed % 2 == 1:
+            run_naive(seed)
+    return {"naive": naive_runs, "runs": runs, "epochs": epochs}
+
+
+def reached(entry: dict, v: int) -> list[bool]:
+    """Per seed: whether the variant's final accuracy reached that seed's naive final."""
+    return [
+        run.final >= target.final - 1e-9
+        for run, target in zip(entry["runs"][v], entry["naive"], strict=True)
+    ]
+
+
+def fits(entry: dict, v: int) -> list[bool]:
+    """Per seed: whether the variant's whole run took at most a third of the naive time."""
+    return [
+        SHARE * run.seconds <= target.seconds
+        for run, target in zip(entry["runs"][v], entry["naive"], strict=True)
+    ]
+
+
+def table_rows(task: Task, entry: dict) -> list[list[str]]:
+    naive_runs = entry["naive"]
+    finals = [run.final for run in naive_runs]
+    seconds = [run.seconds for run in naive_runs]
+    rows = [
+        [
+            task.label,
+            "naive (the target)",
+            str(task.epochs),
+            f"{statistics.median(seconds):.1f} ({max(seconds):.1f})",
+            "1",
+            f"{statistics.fmean(finals):.2f} ({min(finals):.2f})",
+            "—",
+            "—",
+        ]
+    ]
+    for v, variant in enumerate(VARIANTS):
+        runs = entry["runs"][v]
+        seconds = [run.seconds for run in runs]
+        finals = [run.final for run in runs]
+        ratios = [t.seconds / run.seconds for run, t in zip(runs, naive_runs, strict=True)]
+        wall = f"{statistics.median(seconds):.1f} ({max(seconds):.1f})"
+        if v == 1:
+            sweep = statistics.median(run.sweep_s for run in runs)
+            lr = statistics.median(run.lr for run in runs)
+            wall += f" [sweep {sweep:.1f} s, lr {lr:.3g}]"
+        rows.append(
+            [
+                "",
+                variant,
+                str(entry["epochs"][v]),
+                wall,
+                f"{statistics.median(ratios):.2f} ({min(ratios):.2f})",
+                f"{statistics.fmean(finals):.2f} ({min(finals):.2f})",
+                f"{sum(reached(entry, v))} of {len(runs)}",
+                f"{sum(collapsed(run.history) for run in runs)} of {len(runs)}",
+            ]
+        )
+    return rows
 
 
 if __name__ == "__main__":
