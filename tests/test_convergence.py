@@ -88,8 +88,12 @@ def test_every_pair_learns(template, tmp_path, optimizer, scheduler):
     ("optimizer", "scheduler", "flags"),
     [
         ("sgd", "constant", ["--lr", "1e-9"]),  # a learning rate that moves nothing
-        # a schedule that drops to ~0 after the first step: x 1e-9 every optimizer step
-        ("adam", "step", ["--warmup-steps", "0", "--step-epochs", "0.05", "--gamma", "1e-9"]),
+        # a schedule that drops to ~0 after one step at a modest peak: x 1e-9 every step
+        (
+            "adam",
+            "step",
+            ["--lr", "0.002", "--warmup-steps", "0", "--step-epochs", "0.05", "--gamma", "1e-9"],
+        ),
     ],
     ids=["lr-zero", "schedule-zero"],
 )
