@@ -252,7 +252,9 @@ def test_an_interrupted_update_leaves_the_project_as_it_was(template_repo, tmp_p
     shims.mkdir()
     real_git = shutil.which("git")
     (shims / "git").write_text(
-        f'#!/bin/sh\nif [ "$1" = apply ]; then touch {waiting}; sleep 300; fi\n'
+        # Only the first `git apply` waits: nothing after the Ctrl-C can hang on the shim.
+        f'#!/bin/sh\nif [ "$1" = apply ] && [ ! -e {waiting} ]; then\n'
+        f"touch {waiting}; sleep 300\nfi\n"
         f'exec {real_git} "$@"\n'
     )
     (shims / "git").chmod(0o755)
