@@ -4,6 +4,7 @@ learning rates, on five small tasks, for SGD, AdamW and LAMB.
     python bench/lr_finder.py [--quick] [--repeats SEEDS] [--keep DIR] [--record DIR]
                               [--offline DIR] [--extra-steps N ...] [--tasks NAME ...]
                               [--optimizers NAME ...] [--device cuda] [--schedule default]
+                              [--scheduled DIR]
 
 For each optimizer the template is rendered twice with the finders extra and a constant
 schedule (`scheduler: constant`, run with `--warmup-steps 0`): once with images, once with
@@ -40,6 +41,10 @@ without clipping (for SGD and AdamW, which clip by default) and, with --extra-st
 many steps, so that other stopping and suggestion rules (`STOPS`, `RULES`) are compared on
 the same sweeps. `--offline DIR` compares them again from a record, without training.
 10-12 minutes of one CPU core (measured with --extra-steps 100).
+
+`--scheduled DIR` (a record of `--schedule default`, below) compares the suggestion rules
+with the best peak of each task and optimizer under the default schedule too, which is what
+--lr auto sets: `--offline build/lr_finder --scheduled build/lr_finder-scheduled`.
 
 `--schedule default` trains the same grid under the run's default schedule instead (the
 answer's `scheduler: warmup_cosine`, its default warmup of one epoch, a cosine down to a
@@ -252,12 +257,22 @@ def climbing(fraction: float, divisor: float):
     return rule
 
 
+def at_stop(divisor: float):
+    """The lr where the sweep stopped (its last), divided by `divisor`."""
+    return lambda lrs, losses, smoothed: lrs[-1] / divisor
+
+
 RULES: dict[str, Callable] = {
     "lowest / 20": at_minimum(20),
     "lowest / 10": at_minimum(10),
     "lowest / 8": at_minimum(8),
     "lowest / 5": at_minimum(5),
     "lowest / 3": at_minimum(3),
+    "lowest / 2": at_minimum(2),
+    "lowest / 1.5": at_minimum(1.5),
+    "lowest": at_minimum(1),
+    "where it stopped / 4": at_stop(4),
+    "where it stopped / 2": at_stop(2),
     "steepest": steepest,
     "fallen 1/2 of the way": fallen(0.5),
     "fallen 9/10 of the way": fallen(0.9),
@@ -539,6 +554,13 @@ def stops_table(entries: list[dict], record: Path, folders: list[str]) -> str:
     return common.table(["stop when", *map(variant_name, folders)], rows)
 
 
+def suggested(rule: Callable, lrs: list[float], losses: list[float]) -> float:
+    """What `rule` suggests from a whole-range sweep, stopped where `CHOSEN_STOP` stops it."""
+    at = stopped(STOPS[CHOSEN_STOP], losses)
+    lrs, losses = (lrs, losses) if at is None else (lrs[: at + 1], losses[: at + 1])
+    return rule(lrs, losses, smooth(losses))
+
+
 def rules_table(entries: list[dict], record: Path, folders: list[str]) -> tuple[str, str]:
     """Each candidate suggestion rule on the recorded sweeps, stopped by the chosen rule: the
     ratio furthest from 1 over every task, optimizer and seed, and how many within 2x."""
@@ -548,9 +570,7 @@ def rules_table(entries: list[dict], record: Path, folders: list[str]) -> tuple[
         for folder in folders:
             ratios = []
             for e, lrs, losses in recorded(entries, record, folder):
-                at = stopped(STOPS[CHOSEN_STOP], losses)
-                lrs, losses = (lrs, losses) if at is None else (lrs[: at + 1], losses[: at + 1])
-                ratios.append(rule(lrs, losses, smooth(losses)) / best_lr(e))
+                ratios.append(suggested(rule, lrs, losses) / best_lr(e))
             worst = max(ratios, key=factor)
             inside = sum(factor(r) <= TARGET for r in ratios)
             row.append(f"{worst:.3g} ({inside} of {len(ratios)})")
@@ -560,6 +580,81 @@ def rules_table(entries: list[dict], record: Path, folders: list[str]) -> tuple[
     best = min(worst_on_run, key=lambda name: factor(worst_on_run[name]))
     table = common.table(["suggest", *map(variant_name, folders)], rows)
     return table, f"{best} (worst {worst_on_run[best]:.3g}, on the sweeps clipped as the run)"
+
+
+def peak_ratios(entries: list[dict], record: Path, scheduled: list[dict], rule: Callable):
+    """Each sweep clipped as the run (task x optimizer x seed), stopped by the chosen rule:
+    (entry, the rule's suggestion / the constant grid's best, / the scheduled grid's best,
+    the scheduled grid's result at the suggestion)."""
+    peaks = {(s["task"], s["optimizer"]): s for s in scheduled}
+    for e, lrs, losses in recorded(entries, record, "run"):
+        if (e["task"], e["optimizer"]) not in peaks:
+            raise SystemExit(f"--scheduled: no grid for {e['task']} with {e['optimizer']}")
+        suggestion, peak = suggested(rule, lrs, losses), peaks[e["task"], e["optimizer"]]
+        yield e, suggestion / best_lr(e), suggestion / best_lr(peak), at_rate(peak, suggestion)
+
+
+def at_rate(entry: dict, lr: float) -> float:
+    """The grid's mean result at `lr`, interpolated linearly in log lr between its rates
+    (that of the nearest end outside them)."""
+    points = [(math.log(rate), statistics.fmean(runs)) for rate, runs in entry["grid"]]
+    x = min(max(math.log(lr), points[0][0]), points[-1][0])
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if x0 <= x <= x1:
+            if x in (x0, x1) or not math.isfinite(y0 + y1):
+                return y0 if x == x0 else y1 if x == x1 else min(y0, y1)
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return points[0][1]
+
+
+def peaks_table(entries: list[dict], record: Path, scheduled: list[dict]) -> str:
+    """Each candidate rule against both grids' bests: the ratio furthest from 1 over every
+    task, optimizer and seed, how many within 2x, and the median; and what a run with the
+    suggestion as its peak would reach, read from the scheduled grid: accuracy points lost
+    against the best peak (worst, mean) on the classification tasks, the regression's MSE
+    as a multiple of the best (worst)."""
+    peaks = {(s["task"], s["optimizer"]): s for s in scheduled}
+    rows = []
+    for name, rule in RULES.items():
+        found = list(peak_ratios(entries, record, scheduled, rule))
+        row = [name]
+        for grid in ([c for _, c, _, _ in found], [p for _, _, p, _ in found]):
+            inside = sum(factor(r) <= TARGET for r in grid)
+            worst = max(grid, key=factor)
+            row.append(
+                f"{worst:.3g} ({inside} of {len(grid)}), median {statistics.median(grid):.3g}"
+            )
+        lost, mse = [], []
+        for e, _, _, value in found:
+            peak = peaks[e["task"], e["optimizer"]]
+            best = mean_metric(peak, best_lr(peak))
+            if e["regression"]:
+                mse.append(value / best if math.isfinite(value) else math.inf)
+            else:
+                lost.append(value - best)
+        row.append(f"{min(lost):+.1f}, {statistics.fmean(lost):+.1f}; x{max(mse):.2f}")
+        rows.append(row)
+    header = ["suggest", "against the constant grid's best", "against the best peak (scheduled)",
+              "as the peak: points lost, worst, mean; MSE x best, worst"]  # fmt: skip
+    return common.table(header, rows)
+
+
+def peaks_report(entries: list[dict], record: Path, scheduled: list[dict]) -> list[str]:
+    """--scheduled: the paragraphs comparing the rules with the best peaks."""
+    return [
+        "#### The suggestion as the peak of the default schedule (`--lr auto`)",
+        "`--lr auto` makes the suggestion the peak of the run's schedule. Each rule on the "
+        "sweeps above (clipped as the run, stopped by the rendered rule), against the "
+        "constant grid's best and against the best peak of the same task and optimizer "
+        "under the default schedule (the next section's grid, `--schedule default`, mean "
+        "of its seeds): the ratio furthest from 1 over every task, optimizer and seed, "
+        "how many within 2x, and the median ratio; and what a run with the suggestion as "
+        "its peak reaches, read from the scheduled grid (its mean result interpolated "
+        "linearly in log lr between its rates): accuracy points against the best peak on "
+        "the four classification tasks, worst and mean, and the regression's worst MSE as a "
+        "multiple of the best:",
+        peaks_table(entries, record, scheduled),
+    ]
 
 
 def common_rates(entries: list[dict]) -> list[float]:
@@ -717,6 +812,10 @@ def main(argv: list[str] | None = None) -> str:
         help="the grid's schedule: constant, or the run's default (no sweeps)",
     )  # fmt: skip
     parser.add_argument("--offline", type=Path, default=None, help="a record to compare again")
+    parser.add_argument(
+        "--scheduled", type=Path, default=None,
+        help="a --schedule default record: the rules against its best peaks too",
+    )  # fmt: skip
     parser.add_argument("--tasks", nargs="*", default=None, help="only these tasks")
     parser.add_argument("--optimizers", nargs="*", default=None, help="only these optimizers")
     parser.add_argument(
@@ -758,6 +857,10 @@ def main(argv: list[str] | None = None) -> str:
     table, ok = rendered_table(entries)
     rules, best_rule = rules_table(entries, record, folders)
     seeds = len(entries[0]["suggestions"])
+    peaks = []
+    if options.scheduled is not None:
+        scheduled = json.loads((options.scheduled.resolve() / "grid.json").read_text())
+        peaks = peaks_report(entries, record, scheduled)
     return "\n\n".join(
         [
             title,
@@ -780,6 +883,7 @@ def main(argv: list[str] | None = None) -> str:
             "how many were within 2x:",
             rules,
             f"Best candidate: {best_rule}.",
+            *peaks,
         ]
     )
 

@@ -1747,6 +1747,14 @@ MUTANTS = [
         'return float(f"{lrs[lowest_step(smoothed)] / 3:.3g}")',
         ("tests/test_finders.py", "-k", "climbs_back"),
     ),
+    Mutant(
+        "lr-finder-peak-a-tenth",
+        "LR finder: with a schedule that decays, the suggestion (its peak) is half the lowest's",
+        FINDERS,
+        'return float(f"{lrs[lowest_step(smoothed)] / 2:.3g}")',
+        'return float(f"{lrs[lowest_step(smoothed)] / 10:.3g}")',
+        ("tests/test_finders.py", "-k", "peak_of_the_schedule"),
+    ),
     # Issue 27: the hint of a learning rate far off
     Mutant(
         "lr-hint-rise-inverted",
