@@ -1745,7 +1745,7 @@ MUTANTS = [
         FINDERS,
         'return float(f"{lrs[lowest_step(smoothed)] / 10:.3g}")',
         'return float(f"{lrs[lowest_step(smoothed)] / 3:.3g}")',
-        ("tests/test_finders.py", "-k", "climbs_back"),
+        ("tests/test_finders.py", "-k", "climbs_back or starts_too_high"),
     ),
     Mutant(
         "lr-finder-peak-a-tenth",
@@ -1794,9 +1794,25 @@ MUTANTS = [
         "lr-hint-read-again-on-resume",
         "the lr hint: read once, from the run's first steps; a resumed run does not read it",
         TRAIN,
-        "hint = LrHint(progress.step)",
-        "hint = LrHint(0)",
+        "hint = LrHint(progress.step == 0 and not args.init_weights)",
+        "hint = LrHint(not args.init_weights)",
         ("tests/test_schedules.py", "-k", "far_off"),
+    ),
+    Mutant(
+        "lr-hint-read-when-fine-tuning",
+        "the lr hint: read only on a run from scratch, not from --init-weights",
+        TRAIN,
+        "hint = LrHint(progress.step == 0 and not args.init_weights)",
+        "hint = LrHint(progress.step == 0)",
+        ("tests/test_schedules.py", "-k", "far_off"),
+    ),
+    Mutant(
+        "lr-finder-constant-loss-diverges",
+        "LR finder: first losses all equal are no fall (a floor under their spread)",
+        FINDERS,
+        "spread = max(spread, abs(start) / 1000)",
+        "spread = spread",
+        ("tests/test_finders.py", "-k", "does_not_move"),
     ),
 ]
 

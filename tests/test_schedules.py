@@ -539,6 +539,10 @@ def test_a_learning_rate_far_off_is_named_once_with_the_flag_to_try(
     )
     assert (lr, word, flag) == ("0.0002", "low", "auto" if finders else "0.002")
     assert 0.98 * float(first) < float(last) < float(first)
+    # Fine-tuning from those weights at the same rate: a loss near its floor is no sign of the
+    # lr, and the hint was measured from scratch: nothing said.
+    init = ["--init-weights", str(tmp_path / "low/last.pt")]
+    assert hints(proj, tmp_path / "tuned", capsys, *init, "--lr", "0.0002", "--epochs", "1") == []
     # 100x too high: the loss explodes (clipped at norm 1, as the run clips).
     [(lr, word, first, last, flag)] = hints(
         proj, tmp_path / "high", capsys, "--lr", "20", "--epochs", "1"
