@@ -252,9 +252,7 @@ def test_an_interrupted_update_leaves_the_project_as_it_was(template_repo, tmp_p
     shims.mkdir()
     real_git = shutil.which("git")
     (shims / "git").write_text(
-        # Only the first `git apply` waits: nothing after the Ctrl-C can hang on the shim.
-        f'#!/bin/sh\nif [ "$1" = apply ] && [ ! -e {waiting} ]; then\n'
-        f"touch {waiting}; sleep 300\nfi\n"
+        f'#!/bin/sh\nif [ "$1" = apply ]; then touch {waiting}; sleep 300; fi\n'
         f'exec {real_git} "$@"\n'
     )
     (shims / "git").chmod(0o755)
@@ -268,6 +266,9 @@ def test_an_interrupted_update_leaves_the_project_as_it_was(template_repo, tmp_p
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # A suite started in the background (`make test &`) inherits SIGINT ignored, and
+        # ignored signals survive exec: the update must take Ctrl-C as a terminal gives it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 120
