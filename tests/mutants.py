@@ -1814,6 +1814,14 @@ MUTANTS = [
         "spread = spread",
         ("tests/test_finders.py", "-k", "does_not_move"),
     ),
+    Mutant(
+        "ddp-group-left-only-by-train-py",
+        "DDP: the process group is left at exit also when a script calls main() (gloo aborts)",
+        DISTRIBUTED,
+        "    atexit.register(cleanup)\n",
+        "",
+        ("tests/test_ddp.py", "-k", "all_reduced"),
+    ),
 ]
 
 
