@@ -54,7 +54,7 @@ CEILINGS = {
     "examples/cpu-minimal.yml": (1595, 313),
     "examples/cpu-minimal.yml with data: tensors": (1402, 304),
     "defaults": (1712, None),
-    "everything (ddp, fp16, lamb, onecycle, every extra)": (2685, None),
+    "everything (ddp, fp16, lamb, onecycle, every extra)": (2684, None),
 }
 
 

@@ -819,8 +819,8 @@ MUTANTS = [
         "more-epochs-stretch-the-schedule",
         "resuming with more --epochs: the schedule goes on, or restarts, but never stretches",
         TRAIN,
-        'schedule_args = argparse.Namespace(**{**vars(args), "epochs": progress.schedule_epochs})',
-        "schedule_args = args",
+        "build_scheduler(optimizer, args, progress.schedule_epochs, steps_per_epoch)",
+        "build_scheduler(optimizer, args, args.epochs, steps_per_epoch)",
         ("tests/test_schedules.py", "-k", "more_epochs"),
     ),
     Mutant(
@@ -1005,7 +1005,7 @@ MUTANTS = [
         "warmup-past-the-run-accepted",
         "schedules: a warmup longer than the schedule is refused",
         SCHEDULE,
-        "    if args.warmup_steps is None and args.warmup_epochs > args.epochs:",
+        "    if args.warmup_steps is None and args.warmup_epochs > epochs:",
         "    if False:",
         ("tests/test_schedules.py", "-k", "contradictory and warmup"),
     ),
@@ -1573,7 +1573,7 @@ MUTANTS = [
     Mutant(
         "restarted-schedule-too-long",
         "--more-epochs restart: the new schedule spans the epochs left",
-        SCHEDULE,
+        CHECKPOINT,
         'return saved["epoch"], args.epochs - saved["epoch"]',
         'return saved["epoch"], args.epochs',
         ("tests/test_schedules.py", "-k", "more_epochs"),

@@ -53,7 +53,7 @@ def train_pair(project, flags: list[str]) -> list[float]:
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES))
         optimizer = build_optimizer(model, args, torch.device("cpu"))
-        scheduler = build_scheduler(optimizer, args, STEPS_PER_EPOCH)
+        scheduler = build_scheduler(optimizer, args, args.epochs, STEPS_PER_EPOCH)
 
     assert [len(group["params"]) for group in optimizer.param_groups] == [2, 2]
 

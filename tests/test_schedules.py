@@ -49,7 +49,7 @@ def run_schedule(project, flags, steps_per_epoch, steps=None):
         args = project_train.get_args_parser().parse_args(flags)
         param = torch.nn.Parameter(torch.zeros(()))
         optimizer = torch.optim.SGD([param], lr=args.lr, momentum=0.9)
-        scheduler = build_scheduler(optimizer, args, steps_per_epoch)
+        scheduler = build_scheduler(optimizer, args, args.epochs, steps_per_epoch)
         if steps is None:
             steps = args.epochs * steps_per_epoch
         lrs = []
@@ -419,7 +419,7 @@ def test_cycled_momentum_is_what_the_momentum_help_says(project, scheduler, top,
         args = parser.parse_args(["--epochs", "4", "--momentum", "0.5"])
         param = torch.nn.Parameter(torch.zeros(()))
         optimizer = torch.optim.SGD([param], lr=args.lr, momentum=args.momentum)
-        scheduler_ = build_scheduler(optimizer, args, steps_per_epoch=10)
+        scheduler_ = build_scheduler(optimizer, args, args.epochs, steps_per_epoch=10)
         momenta = []
         for _ in range(40):
             momenta.append(optimizer.param_groups[0]["momentum"])
