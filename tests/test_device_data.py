@@ -344,9 +344,9 @@ def test_the_training_loop_starts_each_epoch_with_a_new_order(template, tmp_path
 
         real = train.train_one_epoch
 
-        def recording(parts, batches, *args):
-            epochs.append([targets.tolist() for _, targets in batches])
-            return real(parts, batches, *args)
+        def recording(parts, run, *args):
+            epochs.append([targets.tolist() for _, targets in run.batches])
+            return real(parts, run, *args)
 
         train.train_one_epoch = recording
         flags = ["--device", "cpu", "--synthetic-size", "64", "--image-size", "8"]

@@ -442,13 +442,14 @@ def lrs_by_step(project, out, *flags) -> list[float]:
         import train as project_train
 
         lrs = []
-        real = project_train.optimizer_step
+        real = project_train.train_step
 
-        def logged(parts, args):
-            real(parts, args)
+        def logged(parts, *args):
+            loss = real(parts, *args)
             lrs.append(parts.optimizer.param_groups[0]["lr"])
+            return loss
 
-        project_train.optimizer_step = logged
+        project_train.train_step = logged
         project_train.main([*MORE, *flags, "--out-dir", str(out)])
     return lrs
 
