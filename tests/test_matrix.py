@@ -80,6 +80,8 @@ FORBIDDEN = {
         r"processes x",
         r"all_reduce",
         r"torchrun",
+        r"\bDDP\b",
+        r"DataParallel",
     ],
     ("amp", "off"): [r"autocast", r"GradScaler", r"scaler", r"fp16", r"bf16", r"float16"],
     ("amp", "bf16"): [r"GradScaler", r"scaler", r"fp16", r"\bfloat16"],

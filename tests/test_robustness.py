@@ -384,7 +384,7 @@ def test_a_part_way_checkpoint_of_ddp_processes_is_refused(project, checkpoint, 
     with pytest.raises(Exception) as refused:
         resume(project, tmp_path / "ddp.pt", tmp_path / "out")
     assert str(refused.value) == (
-        f"{tmp_path / 'ddp.pt'}: saved part-way through epoch 2 by 2 DDP processes, whose "
+        f"{tmp_path / 'ddp.pt'}: saved part-way through epoch 2 by 2 processes, whose "
         "order one process cannot follow: finish that epoch with them, or start from its "
         f"weights with --init-weights {tmp_path / 'ddp.pt'} --fresh"
     )
