@@ -74,7 +74,7 @@ def paired_epochs(
     measured pairs (all but the first, a warm-up) start with the bare loop first.
 
     Returns (rendered samples/s, bare samples/s) per epoch, the first (warm-up) left out.
-    Each rendered epoch is one train_one_epoch run, with what fit does after each step,
+    Each rendered epoch is one train_one_epoch call, with the checks it makes between steps,
     timed from its start until the device has finished; evaluation and checkpoints between
     epochs are outside both clocks."""
     module = module or project.train
@@ -83,15 +83,14 @@ def paired_epochs(
     inner = module.train_one_epoch
     pairs = []
 
-    def train_one_epoch(parts, batches, *rest):
-        """The rendered epoch (a generator: fit checkpoints or stops between its steps), timed
-        with what fit does at each step, beside one epoch of the bare loop."""
+    def train_one_epoch(parts, run, *rest):
+        """The rendered epoch, timed, beside one epoch of the bare loop."""
         epoch = len(pairs)
         if epoch % 2 == 1:
             b = bare.epoch(epoch)
-        samples = len(batches) * args.batch_size
+        samples = len(run.batches) * args.batch_size
         start = time.perf_counter()
-        yield from inner(parts, batches, *rest)
+        inner(parts, run, *rest)
         synchronize(bare.device)
         r = samples / (time.perf_counter() - start)
         if epoch % 2 == 0:

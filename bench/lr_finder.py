@@ -113,7 +113,7 @@ def friedman_task(project: common.Project, work: Path) -> None:
     mean, std = x[:2000].mean(0).tolist(), x[:2000].std(0).tolist()
     info = project.data.DataInfo(1, (10,), tuple(mean), tuple(std))
 
-    def compute_loss(outputs, targets, args):
+    def compute_loss(outputs, targets, *rest):
         return F.mse_loss(outputs, targets)
 
     def metric_sums(outputs, targets):
@@ -322,9 +322,9 @@ def step_losses(project: common.Project):
     losses: list[float] = []
     inner = project.train.compute_loss
 
-    def compute_loss(outputs, targets, args):
-        loss = inner(outputs, targets, args)
-        losses.append(loss.item())
+    def compute_loss(*given):
+        loss = inner(*given)
+        losses.append((loss[0] if isinstance(loss, tuple) else loss).item())
         return loss
 
     project.train.compute_loss = compute_loss

@@ -15,11 +15,11 @@ bare loop measured next to each of them, not through absolute times taken minute
 Pieces (each removed alone, then all together):
   guard     NonFiniteGuard: start_window / before_step / after_step (copies of the
             weights and buffers, masked gradients, a torch.where per tensor)
-  autocast  the `with autocast():` block around the forward pass (a nullcontext when amp
+  autocast  the `with parts.autocast():` block around the forward pass (a nullcontext when amp
             resolves to off, as on a CPU)
   nonfinite the per-micro-batch non-finite flag (two small kernels, a maximum over the
             window); a constant flag made once stands in
-  meters    the per-step list of losses for the epoch's sums
+  meters    the losses (and terms) kept for the epoch's means
 and, added rather than removed, the tqdm bar drawn as in a terminal (train.py turns it off
 when stderr is not a terminal, as in these benchmarks).
 """
@@ -44,9 +44,9 @@ PIECES = {
         ("parts.guard.before_step()", "pass"),
         ("parts.guard.after_step()", "pass"),
     ],
-    "autocast": [("with autocast():", "if True:")],
+    "autocast": [("with parts.autocast():", "if True:")],
     "nonfinite": [("parts.guard.add(loss)", "parts.guard.bad = NO_BAD_STEP")],
-    "meters": [("sums.add(loss)", "pass")],
+    "meters": [("parts.metrics.add(loss, terms)", "pass")],
 }
 LABELS = {
     "rendered": "rendered train.py as is",

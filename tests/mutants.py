@@ -44,6 +44,7 @@ FINDERS = PKG + "/{% if finders %}finders.py{% endif %}.jinja"
 OPTIM = f"{PKG}/optim.py.jinja"
 CHECKPOINT = f"{PKG}/checkpoint.py.jinja"
 LOGGER = f"{PKG}/logger.py.jinja"
+METRICS = f"{PKG}/metrics.py.jinja"
 GUARD = PKG + "/{% if guard %}guard.py{% endif %}.jinja"
 PREEMPTION = PKG + "/{% if preemption %}preemption.py{% endif %}.jinja"
 DEVICE_DATA = PKG + "/{% if device_data %}device_data.py{% endif %}.jinja"
@@ -246,8 +247,8 @@ MUTANTS = [
         "per-step-host-sync",
         "no needless host syncs: the host waits only at log intervals",
         TRAIN,
-        "        parts.sums.add(loss)\n",
-        "        parts.sums.add(loss)\n        loss.item()\n",
+        "        parts.metrics.add(loss, terms)\n",
+        "        parts.metrics.add(loss, terms)\n        loss.item()\n",
         ("tests/test_host_syncs.py",),
     ),
     Mutant(
@@ -1169,9 +1170,9 @@ MUTANTS = [
     Mutant(
         "train-loss-of-rank-0",
         "DDP: train_loss is the mean over every process's batches",
-        TRAIN,
-        "        loss_sum, finite = all_reduce_sum(parts.sums.fold().clone()).tolist()",
-        "        loss_sum, finite = parts.sums.fold().tolist()",
+        METRICS,
+        "        *sums, count = all_reduce_sum(self.fold().clone()).tolist()",
+        "        *sums, count = self.fold().tolist()",
         ("tests/test_ddp.py", "-k", "train_loss_over_all"),
     ),
     # Issue 26: the sweep (value assertions for existence checks)
@@ -1250,9 +1251,9 @@ MUTANTS = [
     Mutant(
         "epoch-loss-of-the-last-fold",
         "train_loss: the mean over the whole epoch, added up at every log interval",
-        CHECKPOINT,
-        "            self.totals += torch.stack(",
-        "            self.totals = torch.stack(",
+        METRICS,
+        "            self.totals += torch.cat(",
+        "            self.totals = torch.cat(",
         ("tests/test_training_step.py", "-k", "smoothing"),
     ),
     Mutant(
@@ -1323,7 +1324,7 @@ MUTANTS = [
         "epoch-sums-carried-over",
         "train_loss: each epoch's own (its sums start again from 0)",
         TRAIN,
-        "        parts.sums.start_epoch()\n",
+        "        parts.metrics.start_epoch()\n",
         "",
         ("tests/test_robustness.py", "-k", "weights_only_loads"),
     ),
@@ -1502,7 +1503,7 @@ MUTANTS = [
         "train-loss-accumulates-across-epochs",
         "train_loss: each epoch's own mean, the sums started again every epoch",
         TRAIN,
-        "        parts.sums.start_epoch()\n",
+        "        parts.metrics.start_epoch()\n",
         "",
         ("tests/test_metrics_history.py", "-k", "mean_of_its_epochs"),
     ),
@@ -1821,6 +1822,22 @@ MUTANTS = [
         "    atexit.register(cleanup)\n",
         "",
         ("tests/test_ddp.py", "-k", "all_reduced"),
+    ),
+    Mutant(
+        "train-terms-not-logged",
+        "the loss seam: the terms compute_loss names are logged as train_<name>",
+        METRICS,
+        'self.names, self.pending = ["loss", *terms], []',
+        'self.names, self.pending = ["loss"], []',
+        ("tests/test_rendered_suite.py",),
+    ),
+    Mutant(
+        "non-finite-losses-in-train-loss",
+        "train_loss: the mean over the finite losses only",
+        METRICS,
+        "kept = torch.where(finite[:, None], values, 0).sum(0)",
+        "kept = values.sum(0)",
+        ("tests/test_robustness.py", "-k", "skipped_and_counted"),
     ),
 ]
 
