@@ -39,7 +39,9 @@ class BareLoop:
         model = project.models.build_model(args.model, info)
         self.model = model.to(device)
         self.optimizer = project.optim.build_optimizer(model, args, device)
-        self.scheduler = project.schedule.build_scheduler(self.optimizer, args, len(self.loader))
+        self.scheduler = project.schedule.build_scheduler(
+            self.optimizer, args, args.epochs, len(self.loader)
+        )
         self.mean = torch.tensor(info.mean, device=device).view(1, -1, 1, 1)
         self.std = torch.tensor(info.std, device=device).view(1, -1, 1, 1)
         self.label_smoothing = args.label_smoothing

@@ -82,7 +82,9 @@ def lightning_run(project: common.Project, args) -> list[float]:
 
         def configure_optimizers(self):
             optimizer = project.optim.build_optimizer(self.model, args, device)
-            scheduler = project.schedule.build_scheduler(optimizer, args, steps_per_epoch)
+            scheduler = project.schedule.build_scheduler(
+                optimizer, args, args.epochs, steps_per_epoch
+            )
             return {
                 "optimizer": optimizer,
                 "lr_scheduler": {"scheduler": scheduler, "interval": "step"},
