@@ -1832,6 +1832,14 @@ MUTANTS = [
         ("tests/test_rendered_suite.py",),
     ),
     Mutant(
+        "collapse-best-not-kept",
+        "a collapse is judged from the best val_acc of the run, kept in its checkpoints",
+        TRAIN,
+        '        progress.best_acc = max(progress.best_acc, row.get("val_acc", 0.0))\n',
+        "",
+        ("tests/test_training_step.py", "-k", "chance"),
+    ),
+    Mutant(
         "non-finite-losses-in-train-loss",
         "train_loss: the mean over the finite losses only",
         METRICS,

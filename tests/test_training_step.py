@@ -185,22 +185,26 @@ def test_gradients_are_clipped_at_norm_1_by_default(sgd_projects):
         assert train.get_args_parser().parse_args([]).clip_grad == 1.0
 
 
-def test_a_run_fallen_back_to_chance_says_so_on_its_epoch_line(sgd_projects):
+def test_a_run_fallen_back_to_chance_says_so_on_its_epoch_line(sgd_projects, tmp_path):
+    def notes(accuracies, chance):
+        best, said = 0.0, []
+        for acc in accuracies:
+            best = max(best, acc)  # as fit keeps it in Progress
+            said.append(train.collapse_note({"val_acc": acc}, best, chance=chance))
+        return said
+
     with inside(sgd_projects["off"]):
         import train
 
-        progress = train.Progress()
-        notes = [
-            train.collapse_note({"val_acc": acc}, progress, chance=10.0)
-            for acc in (12.0, 45.0, 69.8, 30.0, 10.2, 15.0, 8.9)
-        ]
-        assert [bool(note) for note in notes] == [False, False, False, False, True, True, True]
-        assert "COLLAPSED to chance, from 69.8" in notes[4]
-        assert progress.best_acc == 69.8  # saved with the checkpoint: a resumed run knows it
+        said = notes((12.0, 45.0, 69.8, 30.0, 10.2, 15.0, 8.9), chance=10.0)
+        assert [bool(note) for note in said] == [False, False, False, False, True, True, True]
+        assert "COLLAPSED to chance, from 69.8" in said[4]
         # Never well above chance (less than 20 points): no note.
-        low = train.Progress()
-        assert not any(
-            train.collapse_note({"val_acc": acc}, low, chance=50.0) for acc in (60, 68, 50)
-        )
+        assert not any(notes((60, 68, 50), chance=50.0))
         # A metric_sums of your own without accuracy: nothing to say.
-        assert train.collapse_note({"val_loss": 1.0}, train.Progress(), chance=10.0) == ""
+        assert train.collapse_note({"val_loss": 1.0}, 0.0, chance=10.0) == ""
+        # The best val_acc is saved with the checkpoint: a resumed run knows it.
+        train.main([*FLAGS, "--synthetic-size", "64", "--epochs", "3", "--out-dir", str(tmp_path)])
+    best = max(row["val_acc"] for row in read_metrics(tmp_path))
+    state = torch.load(tmp_path / "last.pt", weights_only=True)
+    assert state["progress"]["best_acc"] == pytest.approx(best, rel=1e-12)
