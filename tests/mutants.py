@@ -1832,6 +1832,14 @@ MUTANTS = [
         ("tests/test_rendered_suite.py",),
     ),
     Mutant(
+        "short-window-scaled-as-a-full-one",
+        "accumulation: a short last window steps with the mean gradient of its micro-batches",
+        TRAIN,
+        "window = min(args.accum_steps, total - start)",
+        "window = min(args.accum_steps, total)",
+        ("tests/test_training_step.py", "-k", "mean_gradient"),
+    ),
+    Mutant(
         "collapse-best-not-kept",
         "a collapse is judged from the best val_acc of the run, kept in its checkpoints",
         TRAIN,

@@ -139,6 +139,46 @@ def test_accumulated_micro_batches_step_as_one_large_batch(sgd_projects, tmp_pat
         torch.testing.assert_close(b["model"][name], tensor, rtol=1e-4, atol=1e-5, msg=name)
 
 
+def test_each_window_steps_with_the_mean_gradient_of_its_micro_batches(sgd_projects, tmp_path):
+    """An epoch of 16 micro-batches with --accum-steps 12 makes windows of 12 and 4. Before
+    each optimizer step, every parameter's gradient is the mean of its window's micro-batch
+    gradients, computed here again from the inputs, targets and model that compute_loss saw
+    and the weights as they are then: the short window's is the mean over its 4 (not their
+    sum over 12)."""
+    seen, checked = [], []
+    with inside(sgd_projects["off"]):
+        import train
+
+        real = train.compute_loss
+
+        def spy(outputs, targets, args, inputs, model):
+            seen.append((inputs.clone(), targets.clone(), model))
+            return real(outputs, targets, args, inputs, model)
+
+        def check(optimizer, *_):
+            window, model = seen[:], seen[-1][2]
+            seen.clear()
+            params = [p for group in optimizer.param_groups for p in group["params"]]
+            expected = [torch.zeros_like(p) for p in params]
+            for inputs, targets, _ in window:
+                loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+                for total, grad in zip(expected, torch.autograd.grad(loss, params), strict=True):
+                    total += grad / len(window)
+            for param, grad in zip(params, expected, strict=True):
+                torch.testing.assert_close(param.grad, grad, rtol=1e-5, atol=1e-7)
+            checked.append(len(window))
+
+        hook = register_optimizer_step_pre_hook(check)
+        try:
+            train.compute_loss = spy
+            flags = [*FLAGS, "--synthetic-size", "128", "--batch-size", "8", "--clip-grad", "0"]
+            train.main([*flags, "--accum-steps", "12", "--out-dir", str(tmp_path)])
+        finally:
+            hook.remove()
+            train.compute_loss = real
+    assert checked == [12, 4]
+
+
 def test_label_smoothing_is_in_the_training_loss_only(sgd_projects, tmp_path, monkeypatch):
     """Every training loss is the smoothed cross-entropy of its batch; validation losses are
     plain, as they are compared across runs. metrics.csv logs their means: the training loss
