@@ -139,7 +139,7 @@ def cache_compiled_templates(on: bool = True) -> None:
 
 
 # Every optional part, in the order of the extras question.
-EXTRAS = ("preemption", "device_data", "guard", "finders", "ema", "tensorboard")
+EXTRAS = ("preemption", "device_data", "guard", "finders", "ema", "tensorboard", "speed_report")
 # The extras that test projects get unless a test names its own: those that add run-time
 # behaviour (flags, signals, checks) which most tests exercise. EMA and TensorBoard change
 # the outputs, so the tests that want them ask.

@@ -35,7 +35,7 @@ OTHER_ANSWERS = {
         ["finders"],
         ["guard", "ema", "tensorboard"],
         list(EXTRAS),
-        ["preemption", "ema"],
+        ["preemption", "ema", "speed_report"],
         ["device_data"],
         ["preemption", "device_data", "guard"],
     ),
@@ -56,6 +56,7 @@ FORBIDDEN = {
     ("extras", "preemption"): [r"SIG(TERM|USR1)", r"[Pp]reempt", r"requeue", r"save.every.minutes"],
     ("extras", "guard"): [r"[Gg]uard", r"max.bad.steps", r"nonfinite_steps", r"non_finite\b"],
     ("extras", "device_data"): [r"DeviceData", r"data.on.device", r"device_data"],
+    ("extras", "speed_report"): [r"speed.report", r"[Ss]peed-ups?\b", r"SyncCounter"],
     # Your own tensors: nothing of the image machinery.
     ("data", "tensors"): [
         r"torchvision",
@@ -184,6 +185,7 @@ def test_render_lint_and_train(template, tmp_path, amp, optimizer, scheduler):
     assert ("nonfinite_steps" in rows[0]) == ("guard" in extras)
     for extra in ("preemption", "guard", "device_data"):
         assert (project / f"proj/{extra}.py").is_file() == (extra in extras)
+    assert (project / "proj/speed.py").is_file() == ("speed_report" in extras)
     assert (project / "runs/test/tensorboard").is_dir() == ("tensorboard" in extras)
     if "tensorboard" in extras:
         check_tensorboard(project / "runs/test/tensorboard", rows)

@@ -134,6 +134,7 @@ DERIVED = {
     "preemption": "the answer to extras",
     "device_data": "the answers to extras and data",
     "guard": "the answer to extras",
+    "speed_report": "the answer to extras",
 }
 for question, source in DERIVED.items():
     BAD_ANSWERS[f"{question} given"] = (

@@ -1,0 +1,171 @@
+"""--speed-report (the speed_report extra) on the cases it must tell apart, on the CPU: a data
+set that sleeps in __getitem__ is data-bound and more loader workers are measured faster; a
+large model on small in-memory data is compute-bound; a user's .item() in the loss is a
+host sync, counted per micro-batch and named with its line; under DDP every process
+measures, and the report names the slow one. The report writes nothing but itself."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import os
+import re
+import shutil
+import sys
+import time
+import unittest.mock
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.utils.data import Dataset, TensorDataset
+
+from tests.helpers import inside, render, run
+
+TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+SLEEP_S = 0.002  # per item of the sleepy data set
+BATCH = 16
+
+
+class Sleepy(Dataset):
+    """Items that take SLEEP_S each to load, as a slow disk or decoder would."""
+
+    def __init__(self, length: int) -> None:
+        gen = torch.Generator().manual_seed(0)
+        self.inputs = torch.randn(length, 1, 40, generator=gen)
+        self.targets = torch.randint(10, (length,), generator=gen)
+
+    def __len__(self) -> int:
+        return len(self.targets)
+
+    def __getitem__(self, index: int):
+        time.sleep(SLEEP_S)
+        return self.inputs[index], self.targets[index]
+
+
+@pytest.fixture(scope="module")
+def project(template, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("speed") / "p"
+    return render(template, folder, data="tensors", extras=["speed_report"])
+
+
+def report_of(project, out_dir, sets=None, model=None, *flags: str) -> str:
+    """train.py --speed-report run in this process, with these (training, validation) sets
+    and model; the printed report, which must be the file's too."""
+    with inside(project):
+        train = importlib.import_module("train")
+        info = importlib.import_module("proj.data").DataInfo(10, (1, 40))
+        patches = contextlib.ExitStack()
+        if sets is not None:
+            build = lambda args: (*sets, info)  # noqa: E731
+            patches.enter_context(unittest.mock.patch.object(train, "build_dataset", build))
+        if model is not None:
+            patches.enter_context(unittest.mock.patch.dict(train.MODELS, big=lambda info: model))
+        printed = io.StringIO()
+        with patches, contextlib.redirect_stdout(printed):
+            argv = ["--speed-report", "--batch-size", str(BATCH), "--out-dir", str(out_dir)]
+            train.main([*argv, "--device", "cpu", *flags])
+    report = (out_dir / "speed-report.md").read_text()
+    assert report in printed.getvalue()
+    return report
+
+
+def phases_ms(report: str) -> dict[str, float]:
+    rows = re.findall(r"^\| (\w+) \| ([\d.]+) \| \d+% \|", report, re.M)
+    return {name: float(ms) for name, ms in rows}
+
+
+def speed_ups(report: str) -> dict[str, float]:
+    """Each speed-up tried: its samples/s against the run as configured."""
+    rows = re.findall(r"^\| ([^|]+) \| [\d,]+ \| ([\d.]+)x \|", report, re.M)
+    return {name: float(ratio) for name, ratio in rows}
+
+
+def samples_per_s(report: str) -> float:
+    return float(re.search(r"\*\*([\d,]+) samples/s", report).group(1).replace(",", ""))
+
+
+def test_sleepy_data_is_data_bound_and_more_workers_pay(project, tmp_path):
+    out_dir = tmp_path / "out"
+    report = report_of(project, out_dir, (Sleepy(1024), Sleepy(32)), None, "--workers", "0")
+    phases = phases_ms(report)
+    # The loader sleeps BATCH x SLEEP_S per batch, in this process (no workers): a floor
+    # under the data phase, which is most of a step of this small network.
+    assert phases["data"] >= 1000 * BATCH * SLEEP_S
+    assert phases["data"] / sum(phases.values()) > 0.5
+    assert "**Data-bound**" in report
+    # Two workers sleep side by side: about twice the batches a second.
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: the report tries one loader worker")
+    assert speed_ups(report)["2 loader workers"] >= 1.4
+    assert "`--workers 2`" in report
+    assert "- bf16 autocast: the run is data-bound" in report
+    # Without workers no more than 1 / SLEEP_S items a second load; the network's own time is
+    # small beside the sleeps.
+    assert 0.6 / SLEEP_S < samples_per_s(report) <= 1 / SLEEP_S
+    assert sorted(p.name for p in out_dir.iterdir()) == [".lock", "speed-report.md"]
+
+
+def test_a_large_model_on_data_in_memory_is_compute_bound(project, tmp_path):
+    width = 1024
+    model = nn.Sequential(nn.Flatten(), nn.Linear(40, width), nn.ReLU())
+    model.extend([nn.Linear(width, width), nn.ReLU()] * 3).append(nn.Linear(width, 10))
+    data = TensorDataset(torch.randn(576, 1, 40), torch.randint(10, (576,)))
+    sets = torch.utils.data.random_split(data, [512, 64])
+    sets = [TensorDataset(*data[subset.indices]) for subset in sets]
+    report = report_of(project, tmp_path / "out", sets, model, "--model", "big")
+    phases = phases_ms(report)
+    compute = phases["forward"] + phases["backward"] + phases["optimizer"]
+    assert compute / sum(phases.values()) > 0.85
+    assert "**Compute-bound**" in report
+    assert "Host syncs in a step: none." in report  # the loop's own step has none
+    assert "- more loader workers: the batches do not come from a loader" in report
+    assert "- whole batches from memory: on already" in report
+    assert set(speed_ups(report)) == {"bf16 autocast", "twice the batch, twice the lr"}
+    assert "`--batch-size 32 --lr " in report
+
+
+def test_a_host_sync_in_the_loss_is_counted_and_named(project, tmp_path):
+    """A user's check of the loss's value (an .item() a micro-batch): with 3 micro-batches a
+    step, 3 syncs, at the line the user wrote."""
+    edited = shutil.copytree(project, tmp_path / "edited")
+    source = (edited / "train.py").read_text()
+    head = "def compute_loss("
+    body = source[source.index(head) :]
+    returned = body.index("    return F.cross_entropy")
+    check = (
+        "    if (loss := F.cross_entropy(outputs, targets)).item() > 1e6:\n        print(loss)\n"
+    )
+    source = source.replace(body, body[:returned] + check + body[returned:])
+    (edited / "train.py").write_text(source)
+    line = source[: source.index(check)].count("\n") + 1
+    report = report_of(edited, tmp_path / "out", None, None, "--accum-steps", "3")
+    assert "Host syncs in a step: 3**" in report
+    assert f"train.py:{line} (compute_loss: item) x3" in report
+
+
+@pytest.mark.slow
+def test_every_process_measures_and_the_slow_one_is_named(template, tmp_path):
+    """Two torchrun processes; rank 1 sleeps 20 ms in each loss. Each measures its own steps
+    alone, and the report (written once, by rank 0) names rank 1."""
+    project = render(template, tmp_path / "p", data="tensors", distributed="ddp",
+                     extras=["speed_report", "guard"])  # fmt: skip
+    source = (project / "train.py").read_text()
+    head = "def compute_loss("
+    body = source[source.index(head) :]
+    returned = body.index("    return F.cross_entropy")
+    slow = "    if os.environ.get('RANK') == '1':\n        time.sleep(0.02)\n"
+    (project / "train.py").write_text(
+        source.replace(body, body[:returned] + slow + body[returned:])
+    )
+    out_dir = tmp_path / "out"
+    flags = ["--speed-report", "--device", "cpu", "--batch-size", "16", "--out-dir", out_dir]
+    result = run(sys.executable, *TORCHRUN, "train.py", *flags, cwd=project, timeout=300)
+    report = (out_dir / "speed-report.md").read_text()
+    assert report in result.stdout and result.stdout.count("# Speed report") == 1
+    speeds = re.search(r"alone \(without DDP\): rank 0: ([\d,]+), rank 1: ([\d,]+)", report)
+    rank0, rank1 = (float(s.replace(",", "")) for s in speeds.groups())
+    assert rank1 < 0.9 * rank0
+    assert "**rank 1 is the slowest**" in report
+    assert sorted(p.name for p in out_dir.iterdir()) == [".lock", "speed-report.md"]
