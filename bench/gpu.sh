@@ -2,6 +2,7 @@
 # The GPU check, in one go on a single GPU:
 #   - every rendered project below trains on CUDA (bf16, fp16 + GradScaler, compile, DDP);
 #   - no host sync inside train_one_epoch (bench/sync_check.py lists any);
+#   - the speed report (--speed-report) of the default project, data on the GPU and loaded;
 #   - throughput of eager fp32 against bf16 + channels_last + torch.compile, for the built-in
 #     ResNet and torchvision's ResNet-18/50 at CIFAR (32 px) and ImageNet (224 px) sizes.
 # PART (default checks,speeds) picks the parts; its third, bench, runs the CPU benchmarks on
@@ -48,6 +49,10 @@ checks() {
     check "no host sync inside train_one_epoch (default, DataLoader, pinned copies)" \
         $PY bench/sync_check.py "$P/default" "${common[@]}" --epochs 1 --log-interval 100000 \
         --data-on-device off --out-dir "$OUT/sync-loader"
+    check "speed report of the default project on CUDA (--speed-report, its markdown kept)" \
+        bash -c "cd $P/default && $PY train.py ${common[*]} --speed-report --out-dir $OUT/speed \
+            && $PY train.py ${common[*]} --data-on-device off --speed-report \
+            --out-dir $OUT/speed-loader"
     echo "=== host syncs inside train_one_epoch with fp16 + GradScaler + LAMB (the scaler reads"
     echo "    its scale on the host, and its step reads found_inf unless the optimizer is fused:"
     echo "    listed, not counted as a failure)"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import io
 import os
 import re
@@ -50,13 +51,17 @@ def project(template, tmp_path_factory):
     return render(template, folder, data="tensors", extras=["speed_report"])
 
 
-def report_of(project, out_dir, sets=None, model=None, *flags: str) -> str:
+def report_of(project, out_dir, sets=None, model=None, *flags: str, budget=None) -> str:
     """train.py --speed-report run in this process, with these (training, validation) sets
-    and model; the printed report, which must be the file's too."""
+    and model (and the report's time budget); the printed report, which must be the file's
+    too. Nothing else is written but the chart, where matplotlib is installed."""
     with inside(project):
         train = importlib.import_module("train")
         info = importlib.import_module("proj.data").DataInfo(10, (1, 40))
         patches = contextlib.ExitStack()
+        if budget is not None:
+            speed = importlib.import_module("proj.speed")
+            patches.enter_context(unittest.mock.patch.object(speed, "BUDGET", budget))
         if sets is not None:
             build = lambda args: (*sets, info)  # noqa: E731
             patches.enter_context(unittest.mock.patch.object(train, "build_dataset", build))
@@ -68,6 +73,8 @@ def report_of(project, out_dir, sets=None, model=None, *flags: str) -> str:
             train.main([*argv, "--device", "cpu", *flags])
     report = (out_dir / "speed-report.md").read_text()
     assert report in printed.getvalue()
+    chart = ["speed-report.png"] if importlib.util.find_spec("matplotlib") else []
+    assert sorted(path.name for path in out_dir.iterdir()) == [".lock", "speed-report.md", *chart]
     return report
 
 
@@ -104,7 +111,6 @@ def test_sleepy_data_is_data_bound_and_more_workers_pay(project, tmp_path):
     # Without workers no more than 1 / SLEEP_S items a second load; the network's own time is
     # small beside the sleeps.
     assert 0.6 / SLEEP_S < samples_per_s(report) <= 1 / SLEEP_S
-    assert sorted(p.name for p in out_dir.iterdir()) == [".lock", "speed-report.md"]
 
 
 def test_a_large_model_on_data_in_memory_is_compute_bound(project, tmp_path):
@@ -128,7 +134,8 @@ def test_a_large_model_on_data_in_memory_is_compute_bound(project, tmp_path):
 
 def test_a_host_sync_in_the_loss_is_counted_and_named(project, tmp_path):
     """A user's check of the loss's value (an .item() a micro-batch): with 3 micro-batches a
-    step, 3 syncs, at the line the user wrote."""
+    step, 3 syncs, at the line the user wrote. With its time spent (a budget of 0 s), the
+    report tries no speed-up and says why."""
     edited = shutil.copytree(project, tmp_path / "edited")
     source = (edited / "train.py").read_text()
     head = "def compute_loss("
@@ -140,9 +147,13 @@ def test_a_host_sync_in_the_loss_is_counted_and_named(project, tmp_path):
     source = source.replace(body, body[:returned] + check + body[returned:])
     (edited / "train.py").write_text(source)
     line = source[: source.index(check)].count("\n") + 1
-    report = report_of(edited, tmp_path / "out", None, None, "--accum-steps", "3")
+    report = report_of(edited, tmp_path / "out", None, None, "--accum-steps", "3", budget=0)
     assert "Host syncs in a step: 3**" in report
     assert f"train.py:{line} (compute_loss: item) x3" in report
+    assert "None applied to this run." in report
+    spent = "the report had used its 0 s"
+    assert f"- twice the batch, twice the lr: {spent}" in report
+    assert f"- bf16 autocast: {spent}" in report
 
 
 @pytest.mark.slow
