@@ -53,6 +53,7 @@ LAMB = PKG + "/{% if optimizer == 'lamb' %}lamb.py{% endif %}"
 LARS = PKG + "/{% if optimizer == 'lars' %}lars.py{% endif %}"
 SLURM = "template/{% if ddp %}scripts{% endif %}/slurm.sbatch.jinja"
 LAUNCH = "template/{% if ddp %}scripts{% endif %}/launch.sh.jinja"
+SPEED = PKG + "/{% if speed_report %}speed.py{% endif %}.jinja"
 
 
 @dataclass(frozen=True)
@@ -1854,6 +1855,61 @@ MUTANTS = [
         "kept = torch.where(finite[:, None], values, 0).sum(0)",
         "kept = values.sum(0)",
         ("tests/test_robustness.py", "-k", "skipped_and_counted"),
+    ),
+    # The speed report
+    Mutant(
+        "speed-backward-timed-as-forward",
+        "speed report: the phases of a step, each marked where it begins",
+        SPEED,
+        'model.register_forward_hook(lambda *_: self.mark("backward")),',
+        'model.register_forward_hook(lambda *_: self.mark("forward")),',
+        ("tests/test_speed_report.py", "-k", "compute_bound"),
+    ),
+    Mutant(
+        "speed-samples-ignore-accumulation",
+        "speed report: samples/s counts every micro-batch of a step",
+        SPEED,
+        "count * variant.batch_size * args.accum_steps / seconds",
+        "count * variant.batch_size / seconds",
+        ("tests/test_speed_report.py", "-k", "sleepy"),
+    ),
+    Mutant(
+        "speed-never-data-bound",
+        "speed report: a step that waits for its batch is data-bound",
+        SPEED,
+        'bound = "data" if waits >= DATA_BOUND else "compute"',
+        'bound = "compute"',
+        ("tests/test_speed_report.py", "-k", "sleepy"),
+    ),
+    Mutant(
+        "speed-workers-tried-unchanged",
+        "speed report: more loader workers are measured with more workers",
+        SPEED,
+        'yield trial(name, f"--workers {more}", {"workers": more})',
+        'yield trial(name, f"--workers {more}", {"workers": workers})',
+        ("tests/test_speed_report.py", "-k", "sleepy"),
+    ),
+    Mutant(
+        "speed-syncs-of-the-loader-counted",
+        "speed report: host syncs counted in the step, not in loading its batches",
+        SPEED,
+        """    batches = list(islice(endless(variant.batches), args.accum_steps))
+    counter = SyncCounter(device)
+    with counter:
+""",
+        """    counter = SyncCounter(device)
+    with counter:
+        batches = list(islice(endless(variant.batches), args.accum_steps))
+""",
+        ("tests/test_speed_report.py", "-k", "compute_bound"),
+    ),
+    Mutant(
+        "speed-processes-measured-together",
+        "speed report: under DDP each process measures its own steps alone",
+        SPEED,
+        "if process_count() > 1 and not alone:",
+        "if process_count() > 1:",
+        ("tests/test_speed_report.py", "-k", "slow_one"),
     ),
 ]
 

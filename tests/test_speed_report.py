@@ -95,11 +95,12 @@ def samples_per_s(report: str) -> float:
 
 def test_sleepy_data_is_data_bound_and_more_workers_pay(project, tmp_path):
     out_dir = tmp_path / "out"
-    report = report_of(project, out_dir, (Sleepy(1024), Sleepy(32)), None, "--workers", "0")
+    sets = (Sleepy(1024), Sleepy(32))
+    report = report_of(project, out_dir, sets, None, "--workers", "0", "--accum-steps", "2")
     phases = phases_ms(report)
     # The loader sleeps BATCH x SLEEP_S per batch, in this process (no workers): a floor
-    # under the data phase, which is most of a step of this small network.
-    assert phases["data"] >= 1000 * BATCH * SLEEP_S
+    # under the data phase (two batches a step), which is most of a step of this network.
+    assert phases["data"] >= 2 * 1000 * BATCH * SLEEP_S
     assert phases["data"] / sum(phases.values()) > 0.5
     assert "**Data-bound**" in report
     # Two workers sleep side by side: about twice the batches a second.
@@ -124,6 +125,7 @@ def test_a_large_model_on_data_in_memory_is_compute_bound(project, tmp_path):
     phases = phases_ms(report)
     compute = phases["forward"] + phases["backward"] + phases["optimizer"]
     assert compute / sum(phases.values()) > 0.85
+    assert phases["forward"] > 0.5 and phases["backward"] > phases["forward"]  # twice the work
     assert "**Compute-bound**" in report
     assert "Host syncs in a step: none." in report  # the loop's own step has none
     assert "- more loader workers: the batches do not come from a loader" in report
