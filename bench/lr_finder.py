@@ -262,6 +262,25 @@ def at_stop(divisor: float):
     return lambda lrs, losses, smoothed: lrs[-1] / divisor
 
 
+def valley(fraction: float):
+    """The lr `fraction` of the way (in steps, so in log lr) along the longest run of
+    falling smoothed losses before the lowest one: the longest decreasing subsequence ending
+    anywhere up to the lowest, from where it starts to where it ends."""
+
+    def rule(lrs, losses, smoothed) -> float:
+        end = lowest(smoothed)
+        length, start_of = [1] * (end + 1), list(range(end + 1))
+        for i in range(end + 1):
+            for j in range(i):
+                if smoothed[j] > smoothed[i] and length[j] + 1 > length[i]:
+                    length[i], start_of[i] = length[j] + 1, start_of[j]
+        last = max(range(end + 1), key=lambda i: (length[i], -i))
+        first = start_of[last]
+        return lrs[first + round(fraction * (last - first))]
+
+    return rule
+
+
 RULES: dict[str, Callable] = {
     "lowest / 20": at_minimum(20),
     "lowest / 10": at_minimum(10),
@@ -277,6 +296,9 @@ RULES: dict[str, Callable] = {
     "fallen 1/2 of the way": fallen(0.5),
     "fallen 9/10 of the way": fallen(0.9),
     "back 1/4 to start, / 20": climbing(0.25, 20),
+    "valley 1/2": valley(0.5),
+    "valley 2/3": valley(2 / 3),
+    "valley 4/5": valley(0.8),
 }
 
 

@@ -182,3 +182,28 @@ def test_every_process_measures_and_the_slow_one_is_named(template, tmp_path):
     assert rank1 < 0.9 * rank0
     assert "**rank 1 is the slowest**" in report
     assert sorted(p.name for p in out_dir.iterdir()) == [".lock", "speed-report.md"]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--eval-only"], "not allowed with --eval-only (it times training)"),
+        (["--lr", "auto"], "not with --find-lr or --lr auto, whose sweep writes its curve"),
+        (["--find-lr"], "not with --find-lr or --lr auto, whose sweep writes its curve"),
+    ],
+)
+def test_flags_that_would_write_or_not_train_are_refused(finders_project, flags, message):
+    result = run(
+        sys.executable, "train.py", "--speed-report", *flags, cwd=finders_project, check=False
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"train.py: error: argument --speed-report: {message}"
+        + ("" if "eval" in message else ": give the --lr to time")
+    ]
+
+
+@pytest.fixture(scope="module")
+def finders_project(template, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("speed-finders") / "p"
+    return render(template, folder, data="tensors", extras=["speed_report", "finders"])
