@@ -16,12 +16,12 @@ PROJECTS = {
         amp="fp16",
         extras=["finders", "guard", "device_data", "tensorboard"],
     ),
-    "ddp-lars-step-preemption-ema": dict(
+    "ddp-lars-step-preemption-ema-speed-report": dict(
         distributed="ddp",
         optimizer="lars",
         scheduler="step",
         amp="off",
-        extras=["preemption", "ema"],
+        extras=["preemption", "ema", "speed_report"],
     ),
 }
 
