@@ -48,11 +48,11 @@ METRICS = f"{PKG}/metrics.py.jinja"
 GUARD = PKG + "/{% if guard %}guard.py{% endif %}.jinja"
 PREEMPTION = PKG + "/{% if preemption %}preemption.py{% endif %}.jinja"
 DEVICE_DATA = PKG + "/{% if device_data %}device_data.py{% endif %}.jinja"
-DISTRIBUTED = PKG + "/{% if ddp %}distributed.py{% endif %}.jinja"
+DISTRIBUTED = PKG + "/{% if torchrun %}distributed.py{% endif %}.jinja"
 LAMB = PKG + "/{% if optimizer == 'lamb' %}lamb.py{% endif %}"
 LARS = PKG + "/{% if optimizer == 'lars' %}lars.py{% endif %}"
-SLURM = "template/{% if ddp %}scripts{% endif %}/slurm.sbatch.jinja"
-LAUNCH = "template/{% if ddp %}scripts{% endif %}/launch.sh.jinja"
+SLURM = "template/{% if torchrun %}scripts{% endif %}/slurm.sbatch.jinja"
+LAUNCH = "template/{% if torchrun %}scripts{% endif %}/launch.sh.jinja"
 
 
 @dataclass(frozen=True)
