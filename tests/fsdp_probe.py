@@ -5,9 +5,7 @@ the FSDP tests compare, each process into PROBE_DIR/<project folder>.<RANK>.json
   gradients and the optimizer's state, counted from the local shards of sharded ones;
 - "norm": each total gradient norm that clip_grad_norm_ returns (the whole norm, also when
   the gradients are sharded);
-- "dtypes": the dtypes of what the linear layers computed, at the end of the run;
-- "loaded": after a checkpoint is loaded into a model (torch.distributed.checkpoint's
-  set_state_dict), its whole weights and optimizer state, to <project folder>.<RANK>.pt.
+- "dtypes": the dtypes of what the linear layers computed, at the end of the run.
 
     python tests/fsdp_probe.py SCRIPT [ARGS...]          # under torchrun too
 """
@@ -22,7 +20,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.distributed.checkpoint.state_dict as dcp_state_dict
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -53,7 +50,9 @@ def count_state(optimizer, args, kwargs) -> None:
     grads = [p.grad for p in params if p.grad is not None]
     state = [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
     state = [v for v in state if v.ndim > 0]  # not the step counters
-    record("state", params=local_bytes(params), grads=local_bytes(grads), optimizer=local_bytes(state))
+    record(
+        "state", params=local_bytes(params), grads=local_bytes(grads), optimizer=local_bytes(state)
+    )
 
 
 def watch(module, inputs, output) -> None:
@@ -71,19 +70,6 @@ def clip_logged(parameters, max_norm, *args, **kwargs):
     return norm
 
 
-real_set_state_dict = dcp_state_dict.set_state_dict
-
-
-def set_state_dict_logged(model, optimizers, **kwargs):
-    result = real_set_state_dict(model, optimizers, **kwargs)
-    options = dcp_state_dict.StateDictOptions(full_state_dict=True, cpu_offload=True)
-    weights, optimizer = dcp_state_dict.get_state_dict(model, optimizers, options=options)
-    if RANK == "0":
-        dump = Path(os.environ["PROBE_DIR"]) / f"{Path.cwd().name}.{RANK}.pt"
-        torch.save({"model": weights, "optimizer": optimizer}, dump)
-    return result
-
-
 def report() -> None:
     for project, seen in dtypes.items():
         with open(Path(os.environ["PROBE_DIR"]) / f"{project}.{RANK}.jsonl", "a") as f:
@@ -95,7 +81,6 @@ def main() -> None:
     register_optimizer_step_post_hook(count_state)
     nn.modules.module.register_module_forward_hook(watch)
     nn.utils.clip_grad_norm_ = clip_logged
-    dcp_state_dict.set_state_dict = set_state_dict_logged
     atexit.register(report)
     sys.argv = [script, *args]
     sys.path.insert(0, str(Path(script).resolve().parent))

@@ -4,11 +4,13 @@ and on another number of processes, and every fsdp render clean."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import math
 import os
 import re
+import runpy
 import signal
 import sys
 from pathlib import Path
@@ -16,8 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+import torch.distributed.checkpoint.state_dict as dcp_state_dict
 
-from tests.helpers import read_metrics, render, ruff, run
+from tests.helpers import inside, read_metrics, render, ruff, run
 from tests.test_matrix import check_nothing_left_out
 from tests.test_resume import interrupt_at, tensors_equal, without_speed
 
@@ -53,13 +56,14 @@ def shards_of(pointer: Path) -> dict[str, torch.Tensor]:
     return read_shards(pointer.parent / torch.load(pointer, weights_only=True)["shards"])
 
 
-# Each optimizer once, amp alternating, the schedules, data and extras spread over them.
+# Each optimizer once, amp alternating (bf16 with images, off with tensors: two sets of
+# flags), the schedules and extras spread over them.
 COVER = [
     dict(
         optimizer=optimizer,
         amp=("off", "bf16")[i % 2],
         scheduler=FSDP_SCHEDULERS[i % len(FSDP_SCHEDULERS)],
-        data=("images", "tensors")[i // 2 % 2],
+        data=("tensors", "images")[i % 2],
         extras=FSDP_EXTRAS[i % len(FSDP_EXTRAS)],
     )
     for i, optimizer in enumerate(FSDP_OPTIMIZERS)
@@ -120,7 +124,7 @@ def test_a_cover_of_fsdp_combinations_trains_on_two_processes(template, tmp_path
     off = [p for p in projects if p not in bf16]
     env = {**os.environ, "PROBE_DIR": str(tmp_path / "probe")}
     # --amp bf16 forced on the CPU; a project answered off has no --amp flag.
-    for group, more in ((bf16, ["--amp", "bf16"]), (off, [])):
+    for group, more in ((bf16, ["--amp", "bf16", "--image-size", "8"]), (off, [])):
         run(*TORCHRUN, PROBE, RUNNER, results, *group, "--", *flags, *more, env=env, timeout=600)
     outcomes = dict(line.split("\t") for line in results.read_text().splitlines())
     assert outcomes == {str(p): "ok" for p in projects}
@@ -193,13 +197,25 @@ def same_sharded_training(done: Path, resumed: Path) -> None:
     tensors_equal(shards_of(done), shards_of(resumed), "shards")
 
 
+def main_of(project: Path, *flags) -> None:
+    """Run the project's train.py as a script in this process (helpers.train without the
+    metrics)."""
+    with inside(project):
+        sys.argv = ["train.py", *map(str, flags)]
+        runpy.run_path("train.py", run_name="__main__")
+
+
 @pytest.mark.slow
-def test_fsdp_preempted_then_resumed_is_bit_identical_and_resumes_on_one(twins, tmp_path):
+def test_fsdp_preempted_then_resumed_is_bit_identical_and_loads_anywhere(
+    twins, template, tmp_path, monkeypatch, capsys
+):
     """On two processes, a run stopped by SIGTERM at step 4 (saved at step 5) and resumed
     ends with the weights, optimizer state, schedule, sums and metrics of a run that was
-    not stopped; its older shard folders are gone. Its last checkpoint then loads into one
-    process (a group of one): the weights and the optimizer's momentum are those written
-    by the two."""
+    not stopped, and its older shard folders are gone. Its last checkpoint then loads into
+    one process (a group of one) with the weights and the optimizer's momentum that the two
+    wrote; `python -m proj.sharding` writes those weights as one file, which a project
+    that is not sharded evaluates (--init-weights), and which the sharded last.pt given to
+    --init-weights is refused for, in one line naming that command."""
     _, fsdp = twins
     run(*TORCHRUN, "train.py", *RUN, "--out-dir", tmp_path / "whole", cwd=fsdp, timeout=300)
     out = tmp_path / "preempted"
@@ -214,13 +230,20 @@ def test_fsdp_preempted_then_resumed_is_bit_identical_and_resumes_on_one(twins, 
     pointers = [torch.load(out / f"{n}.pt", weights_only=True)["shards"] for n in ("best", "last")]
     assert kept == sorted(pointers)
 
-    probe = tmp_path / "probe"
-    probe.mkdir()
-    one = [sys.executable, PROBE, "train.py", *RUN, "--epochs", "3"]
-    one += ["--resume", str(out / "last.pt"), "--out-dir", str(tmp_path / "one")]
-    result = run(*one, cwd=fsdp, env={**os.environ, "PROBE_DIR": str(probe)}, timeout=300)
-    assert "resumed from" in result.stdout and "1 x cpu" in result.stdout
-    loaded = torch.load(probe / f"{fsdp.name}.0.pt", weights_only=True)
+    loaded = {}
+    real_set_state_dict = dcp_state_dict.set_state_dict
+
+    def set_state_dict(model, optimizers, **kwargs):
+        real_set_state_dict(model, optimizers, **kwargs)
+        whole = dcp_state_dict.StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = dcp_state_dict.get_state_dict(model, optimizers, options=whole)
+        # Copies: on one process, whole tensors on the CPU are the weights themselves.
+        loaded.update(model=copy.deepcopy(state[0]), optimizer=copy.deepcopy(state[1]))
+
+    monkeypatch.setattr(dcp_state_dict, "set_state_dict", set_state_dict)
+    one = tmp_path / "one"
+    main_of(fsdp, *RUN, "--epochs", "3", "--resume", out / "last.pt", "--out-dir", one)
+    assert "1 x cpu" in capsys.readouterr().out
     written = shards_of(out / "last.pt")
     for name, tensor in loaded["model"].items():
         assert torch.equal(tensor, written[f"model.{name}"]), name
@@ -228,36 +251,21 @@ def test_fsdp_preempted_then_resumed_is_bit_identical_and_resumes_on_one(twins, 
     assert len(momentum) == len([k for k in written if k.endswith(".momentum_buffer")]) > 0
     for name, tensor in momentum.items():
         assert torch.equal(tensor, written[f"optimizer.state.{name}.momentum_buffer"]), name
-    assert [row["epoch"] for row in read_metrics(tmp_path / "one")] == [1, 2, 3]
+    assert [row["epoch"] for row in read_metrics(one)] == [1, 2, 3]
 
-
-def test_exported_weights_load_into_a_project_that_is_not_sharded(twins, template, tmp_path):
-    """`python -m proj.sharding CHECKPOINT OUT` writes the weights as one file, which a
-    single-process project's --init-weights loads; a sharded last.pt given there instead
-    is refused in one line that names the command."""
-    _, fsdp = twins
-    flags = [*QUICK, "--epochs", "1"]
-    run(sys.executable, "train.py", *flags, "--out-dir", tmp_path / "f", cwd=fsdp, timeout=300)
     weights = tmp_path / "weights.pt"
-    run(sys.executable, "-m", "proj.sharding", tmp_path / "f/last.pt", weights, cwd=fsdp)
+    with inside(fsdp):  # python -m proj.sharding CHECKPOINT OUT, in this process
+        sys.argv = ["sharding", str(out / "last.pt"), str(weights)]
+        runpy.run_module("proj.sharding", run_name="__main__")
     exported = torch.load(weights, weights_only=True)["model"]
-    written = shards_of(tmp_path / "f/last.pt")
     assert {f"model.{k}" for k in exported} == {k for k in written if k.startswith("model.")}
+    for name, tensor in exported.items():
+        assert torch.equal(tensor, written[f"model.{name}"]), name
     single = render(template, tmp_path / "single", extras=[])
-    init = [*flags, "--eval-only", "--init-weights", weights, "--out-dir", tmp_path / "s"]
-    assert "val_loss" in run(sys.executable, "train.py", *init, cwd=single).stdout
-    refused = run(
-        sys.executable,
-        "train.py",
-        *flags,
-        "--init-weights",
-        tmp_path / "f/last.pt",
-        "--out-dir",
-        tmp_path / "g",
-        cwd=fsdp,
-        check=False,
-    )
-    assert refused.returncode == 1
-    assert "sharded; write its weights to one file first: python -m proj.sharding" in (
-        refused.stderr.strip().splitlines()[-1]
+    main_of(single, *RUN, "--eval-only", "--init-weights", weights, "--out-dir", tmp_path / "s")
+    assert "val_loss" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as refused:
+        main_of(fsdp, *RUN, "--init-weights", out / "last.pt", "--out-dir", tmp_path / "g")
+    assert "sharded; write its weights to one file first: python -m proj.sharding" in str(
+        refused.value.code
     )
