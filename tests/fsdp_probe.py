@@ -5,6 +5,8 @@ the FSDP tests compare, each process into PROBE_DIR/<project folder>.<RANK>.json
   gradients and the optimizer's state, counted from the local shards of sharded ones;
 - "norm": each total gradient norm that clip_grad_norm_ returns (the whole norm, also when
   the gradients are sharded);
+- "write": the name of each file written whole in place of another (os.replace: the
+  checkpoints' files and metrics.csv);
 - "dtypes": the dtypes of what the linear layers computed, at the end of the run.
 
     python tests/fsdp_probe.py SCRIPT [ARGS...]          # under torchrun too
@@ -70,6 +72,14 @@ def clip_logged(parameters, max_norm, *args, **kwargs):
     return norm
 
 
+real_replace = os.replace
+
+
+def replace_logged(source, target, *args, **kwargs) -> None:
+    real_replace(source, target, *args, **kwargs)
+    record("write", name=Path(target).name)
+
+
 def report() -> None:
     for project, seen in dtypes.items():
         with open(Path(os.environ["PROBE_DIR"]) / f"{project}.{RANK}.jsonl", "a") as f:
@@ -81,6 +91,7 @@ def main() -> None:
     register_optimizer_step_post_hook(count_state)
     nn.modules.module.register_module_forward_hook(watch)
     nn.utils.clip_grad_norm_ = clip_logged
+    os.replace = replace_logged
     atexit.register(report)
     sys.argv = [script, *args]
     sys.path.insert(0, str(Path(script).resolve().parent))

@@ -53,6 +53,7 @@ LAMB = PKG + "/{% if optimizer == 'lamb' %}lamb.py{% endif %}"
 LARS = PKG + "/{% if optimizer == 'lars' %}lars.py{% endif %}"
 SLURM = "template/{% if torchrun %}scripts{% endif %}/slurm.sbatch.jinja"
 LAUNCH = "template/{% if torchrun %}scripts{% endif %}/launch.sh.jinja"
+SHARDING = PKG + "/{% if fsdp %}sharding.py{% endif %}.jinja"
 
 
 @dataclass(frozen=True)
@@ -407,6 +408,31 @@ MUTANTS = [
         "with nullcontext() if i == window - 1 else no_sync():",
         "with nullcontext():",
         ("tests/test_ddp.py", "-k", "all_reduced"),
+    ),
+    Mutant(
+        "fsdp-gradient-sync-off-on-the-last-micro-batch",
+        "FSDP: gradients reduced once per window, at its last micro-batch",
+        TRAIN,
+        "parts.model.set_requires_gradient_sync(i == window - 1)",
+        "parts.model.set_requires_gradient_sync(i == 0)",
+        ("tests/test_fsdp.py", "-k", "half_the_state"),
+    ),
+    Mutant(
+        "fsdp-each-rank-its-own-initial-weights",
+        "FSDP: every process shards rank 0's initial weights (FSDP, unlike DDP, copies none)",
+        SHARDING,
+        "        dist.broadcast(tensor, src=0)\n",
+        "        pass\n",
+        ("tests/test_fsdp.py", "-k", "half_the_state"),
+        occurrences=2,
+    ),
+    Mutant(
+        "fsdp-every-rank-writes",
+        "FSDP: rank 0 alone writes last.pt, best.pt and metrics.csv",
+        CHECKPOINT,
+        "parts.optimizer)\n{%- endif %}\n    if rank() > 0:\n        return\n",
+        "parts.optimizer)\n{%- endif %}\n",
+        ("tests/test_fsdp.py", "-k", "half_the_state"),
     ),
     Mutant(
         "ddp-evaluation-pads",
@@ -1120,8 +1146,9 @@ MUTANTS = [
         "optimizer: Adam's betas from --beta1 and --beta2",
         OPTIM,
         "    options = dict(lr=args.lr, betas=(args.beta1, args.beta2))\n"
-        "    return fused_or_foreach(torch.optim.Adam,",
-        "    options = dict(lr=args.lr)\n    return fused_or_foreach(torch.optim.Adam,",
+        "    return {% if fused %}fused_or_foreach(torch.optim.Adam,",
+        "    options = dict(lr=args.lr)\n"
+        "    return {% if fused %}fused_or_foreach(torch.optim.Adam,",
         ("tests/test_optimizer_options.py", "-k", "adam"),
     ),
     Mutant(
@@ -1819,8 +1846,8 @@ MUTANTS = [
         "ddp-group-left-only-by-train-py",
         "DDP: the process group is left at exit also when a script calls main() (gloo aborts)",
         DISTRIBUTED,
-        "    atexit.register(cleanup)\n",
-        "",
+        "it outlives it.\n    atexit.register(cleanup)\n",
+        "it outlives it.\n",
         ("tests/test_ddp.py", "-k", "all_reduced"),
     ),
     Mutant(

@@ -150,7 +150,8 @@ def test_fsdp_trains_as_ddp_with_half_the_state_per_process(twins, tmp_path):
     parameters with accumulation (windows of 2) and clipping that bites: each step's total
     gradient norm, the epoch's losses and the weights after it are DDP's up to float32
     rounding; each FSDP process holds half of DDP's weights, gradients and optimizer state
-    (counted from its local shards at the first step)."""
+    (counted from its local shards at the first step). The first process alone writes
+    checkpoints and metrics.csv, in both."""
     ddp, fsdp = twins
     flags = [*QUICK, "--image-size", "32", "--synthetic-size", "96", "--model", "mlp"]
     flags += ["--amp", "off", "--accum-steps", "2", "--clip-grad", "0.5", "--epochs", "1"]
@@ -169,6 +170,12 @@ def test_fsdp_trains_as_ddp_with_half_the_state_per_process(twins, tmp_path):
         for part in ("params", "grads", "optimizer"):
             assert ddp_state[part] > 3_000_000  # bytes: 0.79 M float32 numbers
             assert fsdp_state[part] / ddp_state[part] == pytest.approx(0.5, abs=0.01), part
+        writes = [[e["name"] for e in probes(probe, p.name, rank, "write")] for p in twins]
+        if rank == 0:
+            for names in writes:
+                assert {"last.pt", "best.pt", "metrics.csv"} <= set(names), names
+        else:
+            assert writes == [[], []]
     (ddp_row,), (fsdp_row,) = (read_metrics(p / "runs/ddp") for p in twins)
     for column in ("train_loss", "val_loss", "val_acc"):
         assert fsdp_row[column] == pytest.approx(ddp_row[column], rel=1e-5), column
