@@ -435,6 +435,14 @@ MUTANTS = [
         ("tests/test_fsdp.py", "-k", "half_the_state"),
     ),
     Mutant(
+        "fsdp-save-overwrites-the-shards-in-use",
+        "FSDP: a save writes a new folder; a kill mid-save leaves the one last.pt names whole",
+        CHECKPOINT,
+        'name = f"{path.stem}.{max(numbers, default=-1) + 1}"',
+        'name = f"{path.stem}.{max(numbers, default=0)}"',
+        ("tests/test_fsdp.py", "-k", "cut_short"),
+    ),
+    Mutant(
         "ddp-evaluation-pads",
         "DDP: evaluation counts every sample exactly once",
         DATA,

@@ -276,3 +276,36 @@ def test_fsdp_preempted_then_resumed_is_bit_identical_and_loads_anywhere(
     assert "sharded; write its weights to one file first: python -m proj.sharding" in str(
         refused.value.code
     )
+
+
+def test_a_save_cut_short_leaves_the_last_checkpoint_whole(twins, tmp_path, monkeypatch):
+    """A process killed while it writes the shards of epoch 2's last.pt (here: the shards
+    written but the folder's metadata not yet, then the process gone) leaves last.pt naming
+    epoch 1's whole folder: it evaluates, and the run resumes from it, to a new folder; the
+    save after that removes both the older folder and the one cut short."""
+    _, fsdp = twins
+    out = tmp_path / "o"
+    flags = [*QUICK, "--epochs", "1", "--out-dir", out]
+    main_of(fsdp, *flags)
+    first = torch.load(out / "last.pt", weights_only=True)["shards"]
+    real_save = dcp.save
+
+    def killed(state, checkpoint_id):
+        real_save(state, checkpoint_id=checkpoint_id)
+        if Path(checkpoint_id).name.startswith("last."):
+            (Path(checkpoint_id) / ".metadata").unlink()  # torn: never finished
+            raise SystemExit("killed")
+
+    monkeypatch.setattr(dcp, "save", killed)
+    with pytest.raises(SystemExit, match="killed"):
+        main_of(fsdp, *QUICK, "--epochs", "2", "--out-dir", out)
+    monkeypatch.setattr(dcp, "save", real_save)
+    assert torch.load(out / "last.pt", weights_only=True)["shards"] == first
+    torn = [p for p in out.glob("last.*") if p.is_dir() and p.name != first]
+    assert [(p / ".metadata").exists() for p in torn] == [False]
+    main_of(fsdp, *QUICK, "--eval-only", "--out-dir", out)
+    main_of(fsdp, *QUICK, "--epochs", "2", "--out-dir", out)
+    assert [row["epoch"] for row in read_metrics(out)] == [1, 2]
+    last = torch.load(out / "last.pt", weights_only=True)["shards"]
+    assert last not in (first, torn[0].name)
+    assert sorted(p.name for p in out.glob("last.*") if p.is_dir()) == [last]
