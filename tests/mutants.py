@@ -443,6 +443,15 @@ MUTANTS = [
         ("tests/test_fsdp.py", "-k", "cut_short"),
     ),
     Mutant(
+        "fsdp-evaluation-out-of-step",
+        "FSDP: a process with a validation batch fewer still joins every forward's gathers",
+        TRAIN,
+        "    for _ in range(most - len(batches)):  # in step with the processes that hold more\n"
+        "        model(inputs)\n",
+        "",
+        ("tests/test_fsdp.py", "-k", "unequal"),
+    ),
+    Mutant(
         "ddp-evaluation-pads",
         "DDP: evaluation counts every sample exactly once",
         DATA,

@@ -309,3 +309,25 @@ def test_a_save_cut_short_leaves_the_last_checkpoint_whole(twins, tmp_path, monk
     last = torch.load(out / "last.pt", weights_only=True)["shards"]
     assert last not in (first, torn[0].name)
     assert sorted(p.name for p in out.glob("last.*") if p.is_dir()) == [last]
+
+
+def test_evaluation_counts_every_item_once_when_processes_hold_unequal_batches(
+    twins, tmp_path, capsys
+):
+    """17 validation items on two processes: 9 and 8, so 2 batches of 8 (validation
+    batches are twice --batch-size 4) and 1. Every forward pass gathers the sharded
+    weights, all processes together: the one with a batch fewer runs its last again,
+    uncounted (else both wait for ever), and the metrics over both are those of one
+    process over all 17 (its checkpoint, written by one process, loaded by two)."""
+    _, fsdp = twins
+    flags = [*QUICK, "--synthetic-size", "85", "--batch-size", "4", "--epochs", "1"]
+    flags += ["--out-dir", tmp_path]
+    main_of(fsdp, *flags)
+    main_of(fsdp, *flags, "--eval-only")
+    alone = capsys.readouterr().out.strip().splitlines()[-1]
+    # Another --out-dir: this process holds the first one's lock.
+    evaluate = ["--eval-only", "--resume", tmp_path / "last.pt", "--out-dir", tmp_path / "two"]
+    two = run(*TORCHRUN, "train.py", *flags[:-2], *evaluate, cwd=fsdp, timeout=120).stdout
+    (both,) = [line for line in two.splitlines() if line.startswith("val_loss")]
+    (loss, acc), (loss_2, acc_2) = (line.split()[1:4:2] for line in (alone, both))
+    assert acc_2 == acc and float(loss_2) == pytest.approx(float(loss), rel=1e-5), (alone, both)
