@@ -282,7 +282,8 @@ def test_a_save_cut_short_leaves_the_last_checkpoint_whole(twins, tmp_path, monk
     """A process killed while it writes the shards of epoch 2's last.pt (here: the shards
     written but the folder's metadata not yet, then the process gone) leaves last.pt naming
     epoch 1's whole folder: it evaluates, and the run resumes from it, to a new folder; the
-    save after that removes both the older folder and the one cut short."""
+    save after that removes both the older folder and the one cut short. A last.pt naming
+    the torn folder would be refused in one line."""
     _, fsdp = twins
     out = tmp_path / "o"
     flags = [*QUICK, "--epochs", "1", "--out-dir", out]
@@ -304,6 +305,12 @@ def test_a_save_cut_short_leaves_the_last_checkpoint_whole(twins, tmp_path, monk
     torn = [p for p in out.glob("last.*") if p.is_dir() and p.name != first]
     assert [(p / ".metadata").exists() for p in torn] == [False]
     main_of(fsdp, *QUICK, "--eval-only", "--out-dir", out)
+    pointer = torch.load(out / "last.pt", weights_only=True)
+    torch.save({**pointer, "shards": torn[0].name}, out / "torn.pt")  # as if it named it
+    with pytest.raises(SystemExit) as refused:
+        main_of(fsdp, *QUICK, "--eval-only", "--resume", out / "torn.pt", "--out-dir", tmp_path)
+    whole = f"{torn[0]}: missing, or not whole (its save did not finish)"
+    assert str(refused.value.code).endswith(whole)
     main_of(fsdp, *QUICK, "--epochs", "2", "--out-dir", out)
     assert [row["epoch"] for row in read_metrics(out)] == [1, 2]
     last = torch.load(out / "last.pt", weights_only=True)["shards"]
