@@ -18,7 +18,8 @@ import copier
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-EVERY_EXTRA = ["preemption", "device_data", "guard", "finders", "ema", "tensorboard", "speed_report"]
+EVERY_EXTRA = ["preemption", "device_data", "guard", "finders", "ema", "tensorboard"]
+EVERY_EXTRA += ["speed_report"]
 ANSWER_SETS = {
     "examples/cpu-minimal.yml": yaml.safe_load((ROOT / "examples/cpu-minimal.yml").read_text()),
     "examples/cpu-minimal.yml with data: tensors": {

@@ -48,11 +48,12 @@ METRICS = f"{PKG}/metrics.py.jinja"
 GUARD = PKG + "/{% if guard %}guard.py{% endif %}.jinja"
 PREEMPTION = PKG + "/{% if preemption %}preemption.py{% endif %}.jinja"
 DEVICE_DATA = PKG + "/{% if device_data %}device_data.py{% endif %}.jinja"
-DISTRIBUTED = PKG + "/{% if ddp %}distributed.py{% endif %}.jinja"
+DISTRIBUTED = PKG + "/{% if torchrun %}distributed.py{% endif %}.jinja"
 LAMB = PKG + "/{% if optimizer == 'lamb' %}lamb.py{% endif %}"
 LARS = PKG + "/{% if optimizer == 'lars' %}lars.py{% endif %}"
-SLURM = "template/{% if ddp %}scripts{% endif %}/slurm.sbatch.jinja"
-LAUNCH = "template/{% if ddp %}scripts{% endif %}/launch.sh.jinja"
+SLURM = "template/{% if torchrun %}scripts{% endif %}/slurm.sbatch.jinja"
+LAUNCH = "template/{% if torchrun %}scripts{% endif %}/launch.sh.jinja"
+SHARDING = PKG + "/{% if fsdp %}sharding.py{% endif %}.jinja"
 SPEED = PKG + "/{% if speed_report %}speed.py{% endif %}.jinja"
 
 
@@ -408,6 +409,48 @@ MUTANTS = [
         "with nullcontext() if i == window - 1 else no_sync():",
         "with nullcontext():",
         ("tests/test_ddp.py", "-k", "all_reduced"),
+    ),
+    Mutant(
+        "fsdp-gradient-sync-off-on-the-last-micro-batch",
+        "FSDP: gradients reduced once per window, at its last micro-batch",
+        TRAIN,
+        "parts.model.set_requires_gradient_sync(i == window - 1)",
+        "parts.model.set_requires_gradient_sync(i == 0)",
+        ("tests/test_fsdp.py", "-k", "half_the_state"),
+    ),
+    Mutant(
+        "fsdp-each-rank-its-own-initial-weights",
+        "FSDP: every process shards rank 0's initial weights (FSDP, unlike DDP, copies none)",
+        SHARDING,
+        "        dist.broadcast(tensor, src=0)\n",
+        "        pass\n",
+        ("tests/test_fsdp.py", "-k", "half_the_state"),
+        occurrences=2,
+    ),
+    Mutant(
+        "fsdp-every-rank-writes",
+        "FSDP: rank 0 alone writes last.pt, best.pt and metrics.csv",
+        CHECKPOINT,
+        "parts.optimizer)\n{%- endif %}\n    if rank() > 0:\n        return\n",
+        "parts.optimizer)\n{%- endif %}\n",
+        ("tests/test_fsdp.py", "-k", "half_the_state"),
+    ),
+    Mutant(
+        "fsdp-save-overwrites-the-shards-in-use",
+        "FSDP: a save writes a new folder; a kill mid-save leaves the one last.pt names whole",
+        CHECKPOINT,
+        'name = f"{path.stem}.{max(numbers, default=-1) + 1}"',
+        'name = f"{path.stem}.{max(numbers, default=0)}"',
+        ("tests/test_fsdp.py", "-k", "cut_short"),
+    ),
+    Mutant(
+        "fsdp-evaluation-out-of-step",
+        "FSDP: a process with a validation batch fewer still joins every forward's gathers",
+        TRAIN,
+        "    for _ in range(most - len(batches)):  # in step with the processes that hold more\n"
+        "        model(inputs)\n",
+        "",
+        ("tests/test_fsdp.py", "-k", "unequal"),
     ),
     Mutant(
         "ddp-evaluation-pads",
@@ -1121,8 +1164,9 @@ MUTANTS = [
         "optimizer: Adam's betas from --beta1 and --beta2",
         OPTIM,
         "    options = dict(lr=args.lr, betas=(args.beta1, args.beta2))\n"
-        "    return fused_or_foreach(torch.optim.Adam,",
-        "    options = dict(lr=args.lr)\n    return fused_or_foreach(torch.optim.Adam,",
+        "    return {% if fused %}fused_or_foreach(torch.optim.Adam,",
+        "    options = dict(lr=args.lr)\n"
+        "    return {% if fused %}fused_or_foreach(torch.optim.Adam,",
         ("tests/test_optimizer_options.py", "-k", "adam"),
     ),
     Mutant(
@@ -1820,8 +1864,8 @@ MUTANTS = [
         "ddp-group-left-only-by-train-py",
         "DDP: the process group is left at exit also when a script calls main() (gloo aborts)",
         DISTRIBUTED,
-        "    atexit.register(cleanup)\n",
-        "",
+        "it outlives it.\n    atexit.register(cleanup)\n",
+        "it outlives it.\n",
         ("tests/test_ddp.py", "-k", "all_reduced"),
     ),
     Mutant(

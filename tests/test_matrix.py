@@ -84,6 +84,21 @@ FORBIDDEN = {
         r"\bDDP\b",
         r"DataParallel",
     ],
+    # Single-process and DDP projects: nothing of FSDP's sharding.
+    ("distributed", "not fsdp"): [r"FSDP", r"fully_shard", r"[Ss]harding", r"\bdcp\b", r"sharded"],
+    # FSDP projects: nothing of DDP's machinery (the README compares the two), of autocast
+    # (FSDP's policy casts), or of what FSDP cannot honour.
+    ("distributed", "fsdp"): [
+        r"DistributedDataParallel",
+        r"DataParallel",
+        r"no_sync",
+        r"sync.bn",
+        r"autocast",
+        r"GradScaler",
+        r"channels.last",
+        r"--compile",
+        r"torch\.compile",
+    ],
     ("amp", "off"): [r"autocast", r"GradScaler", r"scaler", r"fp16", r"bf16", r"float16"],
     ("amp", "bf16"): [r"GradScaler", r"scaler", r"fp16", r"\bfloat16"],
 }
@@ -97,6 +112,10 @@ def forbidden_words(answers: dict) -> list[str]:
     words += FORBIDDEN.get(("data", answers.get("data", "images")), [])
     if answers.get("distributed", "single") == "single":
         words += FORBIDDEN[("distributed", "single")]
+    if answers.get("distributed", "single") == "fsdp":
+        words += FORBIDDEN[("distributed", "fsdp")]
+    else:
+        words += FORBIDDEN[("distributed", "not fsdp")]
     return words + FORBIDDEN.get(("amp", answers["amp"]), [])
 
 

@@ -23,6 +23,12 @@ PROJECTS = {
         amp="off",
         extras=["preemption", "ema", "speed_report"],
     ),
+    "fsdp-adamw-onecycle-preemption-tensorboard": dict(
+        distributed="fsdp",
+        optimizer="adamw",
+        scheduler="onecycle",
+        extras=["preemption", "tensorboard"],
+    ),
 }
 
 

@@ -1,0 +1,340 @@
+"""FSDP2 (distributed: fsdp) with real torchrun processes over gloo: the same training as DDP
+with half the state in each of two processes, sharded checkpoints that resume bit for bit
+and on another number of processes, and every fsdp render clean."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import os
+import re
+import runpy
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+import torch.distributed.checkpoint.state_dict as dcp_state_dict
+
+from tests.helpers import inside, read_metrics, render, ruff, run
+from tests.test_matrix import check_nothing_left_out
+from tests.test_resume import interrupt_at, tensors_equal, without_speed
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
+TESTS = Path(__file__).parent
+PROBE, RUNNER = str(TESTS / "fsdp_probe.py"), str(TESTS / "ddp_runner.py")
+QUICK = ["--device", "cpu", "--synthetic-size", "48", "--image-size", "8", "--workers", "0"]
+QUICK += ["--batch-size", "8"]
+FSDP_OPTIMIZERS = ("sgd", "adam", "adamw", "nadam", "rmsprop", "adagrad", "adadelta")
+FSDP_SCHEDULERS = ("warmup_cosine", "onecycle", "cyclic", "cosine_restarts", "step", "constant")
+FSDP_EXTRAS = ([], ["preemption"], ["tensorboard"], ["preemption", "tensorboard"])
+
+
+def probes(folder: Path, project: str, rank: int, kind: str) -> list[dict]:
+    lines = (folder / f"{project}.{rank}.jsonl").read_text().splitlines()
+    return [entry for entry in map(json.loads, lines) if entry["kind"] == kind]
+
+
+def read_shards(folder: Path) -> dict[str, torch.Tensor]:
+    """Every tensor of a torch.distributed.checkpoint folder, whole, by its flat name, read
+    here in one process from what the folder says of itself."""
+    saved = dcp.FileSystemReader(folder).read_metadata().state_dict_metadata
+    tensors = {
+        key: torch.empty(meta.size, dtype=meta.properties.dtype)
+        for key, meta in saved.items()
+        if hasattr(meta, "size")
+    }
+    dcp.load(tensors, checkpoint_id=folder)
+    return tensors
+
+
+def shards_of(pointer: Path) -> dict[str, torch.Tensor]:
+    return read_shards(pointer.parent / torch.load(pointer, weights_only=True)["shards"])
+
+
+# Each optimizer once, amp alternating (bf16 with images, off with tensors: two sets of
+# flags), the schedules and extras spread over them.
+COVER = [
+    dict(
+        optimizer=optimizer,
+        amp=("off", "bf16")[i % 2],
+        scheduler=FSDP_SCHEDULERS[i % len(FSDP_SCHEDULERS)],
+        data=("tensors", "images")[i % 2],
+        extras=FSDP_EXTRAS[i % len(FSDP_EXTRAS)],
+    )
+    for i, optimizer in enumerate(FSDP_OPTIMIZERS)
+]
+
+
+@pytest.fixture(scope="module")
+def fsdp_renders(template, tmp_path_factory):
+    """Every optimizer under both amp values, schedules and extras spread over them."""
+    folder = tmp_path_factory.mktemp("fsdp-renders")
+    projects = {}
+    for i, (optimizer, amp) in enumerate(itertools.product(FSDP_OPTIMIZERS, ("off", "bf16"))):
+        answers = dict(
+            optimizer=optimizer,
+            amp=amp,
+            scheduler=FSDP_SCHEDULERS[i % len(FSDP_SCHEDULERS)],
+            data=("images", "tensors")[i // 2 % 2],
+            extras=FSDP_EXTRAS[i % len(FSDP_EXTRAS)],
+        )
+        dest = folder / f"{optimizer}-{amp}"
+        projects[dest] = answers
+        render(template, dest, distributed="fsdp", batch_size=8, epochs=1, **answers)
+    return projects
+
+
+def test_every_fsdp_render_is_clean_and_holds_nothing_left_out(fsdp_renders):
+    """ruff clean as rendered; nothing of what the answers left out, nothing of DDP's
+    machinery, of autocast or of the flags that FSDP cannot honour (--compile,
+    --channels-last); a module of its own that shards, named in train.py."""
+    projects = list(fsdp_renders)
+    assert ruff("check", "--no-cache", *projects).returncode == 0
+    assert ruff("format", "--check", "--no-cache", *projects).returncode == 0
+    for project, answers in fsdp_renders.items():
+        check_nothing_left_out(project, {"distributed": "fsdp", **answers})
+        assert (project / "proj/sharding.py").is_file()
+        assert (project / "scripts/launch.sh").is_file()
+        assert (project / "scripts/slurm.sbatch").is_file()
+        for path in project.rglob("*.py"):
+            assert not re.search(r"\bDDP\b", path.read_text()), path
+        train_py = (project / "train.py").read_text()
+        assert "shard_model(raw_model, sharding_units(raw_model)" in train_py
+        assert "set_requires_gradient_sync(i == window - 1)" in train_py
+
+
+@pytest.mark.slow
+def test_a_cover_of_fsdp_combinations_trains_on_two_processes(template, tmp_path):
+    """Each optimizer once, in one torchrun job of two processes: each trains one epoch to
+    a finite loss, and with --amp bf16 the linear layers compute in bfloat16 (FSDP's
+    policy), else in float32."""
+    projects = []
+    for answers in COVER:
+        dest = tmp_path / f"{answers['optimizer']}-{answers['amp']}"
+        projects.append(render(template, dest, distributed="fsdp", epochs=1, **answers))
+    (tmp_path / "probe").mkdir()
+    results = tmp_path / "results.tsv"
+    flags = ["--device", "cpu", "--synthetic-size", "48", "--workers", "0", "--batch-size", "8"]
+    bf16 = [p for p, answers in zip(projects, COVER, strict=True) if answers["amp"] == "bf16"]
+    off = [p for p in projects if p not in bf16]
+    env = {**os.environ, "PROBE_DIR": str(tmp_path / "probe")}
+    # --amp bf16 forced on the CPU; a project answered off has no --amp flag.
+    for group, more in ((bf16, ["--amp", "bf16", "--image-size", "8"]), (off, [])):
+        run(*TORCHRUN, PROBE, RUNNER, results, *group, "--", *flags, *more, env=env, timeout=600)
+    outcomes = dict(line.split("\t") for line in results.read_text().splitlines())
+    assert outcomes == {str(p): "ok" for p in projects}
+    for project in projects:
+        (row,) = read_metrics(project / "runs/ddp")
+        assert math.isfinite(row["train_loss"]) and math.isfinite(row["val_loss"]), project
+        computed = probes(tmp_path / "probe", project.name, 0, "dtypes")[0]["values"]
+        assert computed == (["torch.bfloat16"] if project in bf16 else ["torch.float32"])
+
+
+@pytest.fixture(scope="module")
+def twins(template, tmp_path_factory):
+    """A DDP project and an FSDP one, of the same answers."""
+    folder = tmp_path_factory.mktemp("twins")
+    ddp = render(template, folder / "ddp", distributed="ddp", extras=["preemption"])
+    fsdp = render(template, folder / "fsdp", distributed="fsdp", extras=["preemption"])
+    return ddp, fsdp
+
+
+@pytest.mark.slow
+def test_fsdp_trains_as_ddp_with_half_the_state_per_process(twins, tmp_path):
+    """The same seed, data and flags on two processes, by DDP and by FSDP, an MLP of 0.8 M
+    parameters with accumulation (windows of 2) and clipping that bites: each step's total
+    gradient norm, the epoch's losses and the weights after it are DDP's up to float32
+    rounding; each FSDP process holds half of DDP's weights, gradients and optimizer state
+    (counted from its local shards at the first step). The first process alone writes
+    checkpoints and metrics.csv, in both."""
+    ddp, fsdp = twins
+    flags = [*QUICK, "--image-size", "32", "--synthetic-size", "96", "--model", "mlp"]
+    flags += ["--amp", "off", "--accum-steps", "2", "--clip-grad", "0.5", "--epochs", "1"]
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    env = {**os.environ, "PROBE_DIR": str(probe)}
+    results = tmp_path / "results.tsv"
+    run(*TORCHRUN, PROBE, RUNNER, results, ddp, fsdp, "--", *flags, env=env, timeout=300)
+    assert results.read_text().count("\tok") == 2, results.read_text()
+
+    for rank in (0, 1):
+        norms = [[e["value"] for e in probes(probe, p.name, rank, "norm")] for p in twins]
+        assert len(norms[0]) == 3 and min(norms[0]) > 0.5  # 3 steps, each one clipped
+        assert norms[1] == pytest.approx(norms[0], rel=1e-5)
+        (ddp_state,), (fsdp_state,) = (probes(probe, p.name, rank, "state") for p in twins)
+        for part in ("params", "grads", "optimizer"):
+            assert ddp_state[part] > 3_000_000  # bytes: 0.79 M float32 numbers
+            assert fsdp_state[part] / ddp_state[part] == pytest.approx(0.5, abs=0.01), part
+        writes = [[e["name"] for e in probes(probe, p.name, rank, "write")] for p in twins]
+        if rank == 0:
+            for names in writes:
+                assert {"last.pt", "best.pt", "metrics.csv"} <= set(names), names
+        else:
+            assert writes == [[], []]
+    (ddp_row,), (fsdp_row,) = (read_metrics(p / "runs/ddp") for p in twins)
+    for column in ("train_loss", "val_loss", "val_acc"):
+        assert fsdp_row[column] == pytest.approx(ddp_row[column], rel=1e-5), column
+    ddp_weights = torch.load(ddp / "runs/ddp/last.pt", weights_only=True)["model"]
+    fsdp_weights = shards_of(fsdp / "runs/ddp/last.pt")
+    assert {f"model.{name}" for name in ddp_weights} <= set(fsdp_weights)
+    for name, tensor in ddp_weights.items():
+        torch.testing.assert_close(fsdp_weights[f"model.{name}"], tensor, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(fsdp_weights["model.net.1.weight"], ddp_weights["net.1.weight"] * 0)
+
+
+# 10 optimizer steps per epoch on 2 processes, 2 epochs: room to interrupt.
+RUN = ["--deterministic", "--device", "cpu", "--synthetic-size", "160", "--image-size", "8"]
+RUN += ["--batch-size", "8", "--epochs", "2", "--log-interval", "1", "--workers", "0"]
+
+
+def same_sharded_training(done: Path, resumed: Path) -> None:
+    """Two sharded checkpoints hold the same training, bit for bit: the weights and the
+    optimizer's state in their shards, and the rest in the file that names them."""
+    a, b = (torch.load(path, weights_only=True) for path in (done, resumed))
+    for state in (a, b):
+        del state["progress"]["elapsed_s"]
+        state["progress"]["history"] = without_speed(state["progress"]["history"])
+    for part in ("scheduler", "progress", "sums", "processes"):
+        tensors_equal(a[part], b[part], part)
+    tensors_equal(shards_of(done), shards_of(resumed), "shards")
+
+
+def main_of(project: Path, *flags) -> None:
+    """Run the project's train.py as a script in this process (helpers.train without the
+    metrics)."""
+    with inside(project):
+        sys.argv = ["train.py", *map(str, flags)]
+        runpy.run_path("train.py", run_name="__main__")
+
+
+@pytest.mark.slow
+def test_fsdp_preempted_then_resumed_is_bit_identical_and_loads_anywhere(
+    twins, template, tmp_path, monkeypatch, capsys
+):
+    """On two processes, a run stopped by SIGTERM at step 4 (saved at step 5) and resumed
+    ends with the weights, optimizer state, schedule, sums and metrics of a run that was
+    not stopped, and its older shard folders are gone. Its last checkpoint then loads into
+    one process (a group of one) with the weights and the optimizer's momentum that the two
+    wrote; `python -m proj.sharding` writes those weights as one file, which a project
+    that is not sharded evaluates (--init-weights), and which the sharded last.pt given to
+    --init-weights is refused for, in one line naming that command."""
+    _, fsdp = twins
+    run(*TORCHRUN, "train.py", *RUN, "--out-dir", tmp_path / "whole", cwd=fsdp, timeout=300)
+    out = tmp_path / "preempted"
+    cmd = [*TORCHRUN, "train.py", *RUN, "--out-dir", str(out), "--save-every", "4"]
+    assert interrupt_at(cmd, fsdp, 4, signal.SIGTERM, markers=2) != 0
+    assert torch.load(out / "last.pt", weights_only=True)["progress"]["step"] == 5
+    result = run(*cmd, cwd=fsdp, timeout=300)
+    assert "resumed from" in result.stdout
+    same_sharded_training(tmp_path / "whole/last.pt", out / "last.pt")
+    assert without_speed(read_metrics(out)) == without_speed(read_metrics(tmp_path / "whole"))
+    kept = sorted(p.name for p in out.iterdir() if p.is_dir())
+    pointers = [torch.load(out / f"{n}.pt", weights_only=True)["shards"] for n in ("best", "last")]
+    assert kept == sorted(pointers)
+
+    loaded = {}
+    real_set_state_dict = dcp_state_dict.set_state_dict
+
+    def set_state_dict(model, optimizers, **kwargs):
+        real_set_state_dict(model, optimizers, **kwargs)
+        whole = dcp_state_dict.StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = dcp_state_dict.get_state_dict(model, optimizers, options=whole)
+        # Copies: on one process, whole tensors on the CPU are the weights themselves.
+        loaded.update(model=copy.deepcopy(state[0]), optimizer=copy.deepcopy(state[1]))
+
+    monkeypatch.setattr(dcp_state_dict, "set_state_dict", set_state_dict)
+    one = tmp_path / "one"
+    main_of(fsdp, *RUN, "--epochs", "3", "--resume", out / "last.pt", "--out-dir", one)
+    assert "1 x cpu" in capsys.readouterr().out
+    written = shards_of(out / "last.pt")
+    for name, tensor in loaded["model"].items():
+        assert torch.equal(tensor, written[f"model.{name}"]), name
+    momentum = {k: v["momentum_buffer"] for k, v in loaded["optimizer"]["state"].items()}
+    assert len(momentum) == len([k for k in written if k.endswith(".momentum_buffer")]) > 0
+    for name, tensor in momentum.items():
+        assert torch.equal(tensor, written[f"optimizer.state.{name}.momentum_buffer"]), name
+    assert [row["epoch"] for row in read_metrics(one)] == [1, 2, 3]
+
+    weights = tmp_path / "weights.pt"
+    with inside(fsdp):  # python -m proj.sharding CHECKPOINT OUT, in this process
+        sys.argv = ["sharding", str(out / "last.pt"), str(weights)]
+        runpy.run_module("proj.sharding", run_name="__main__")
+    exported = torch.load(weights, weights_only=True)["model"]
+    assert {f"model.{k}" for k in exported} == {k for k in written if k.startswith("model.")}
+    for name, tensor in exported.items():
+        assert torch.equal(tensor, written[f"model.{name}"]), name
+    single = render(template, tmp_path / "single", extras=[])
+    main_of(single, *RUN, "--eval-only", "--init-weights", weights, "--out-dir", tmp_path / "s")
+    assert "val_loss" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as refused:
+        main_of(fsdp, *RUN, "--init-weights", out / "last.pt", "--out-dir", tmp_path / "g")
+    assert "sharded; write its weights to one file first: python -m proj.sharding" in str(
+        refused.value.code
+    )
+
+
+def test_a_save_cut_short_leaves_the_last_checkpoint_whole(twins, tmp_path, monkeypatch):
+    """A process killed while it writes the shards of epoch 2's last.pt (here: the shards
+    written but the folder's metadata not yet, then the process gone) leaves last.pt naming
+    epoch 1's whole folder: it evaluates, and the run resumes from it, to a new folder; the
+    save after that removes both the older folder and the one cut short. A last.pt naming
+    the torn folder would be refused in one line."""
+    _, fsdp = twins
+    out = tmp_path / "o"
+    flags = [*QUICK, "--epochs", "1", "--out-dir", out]
+    main_of(fsdp, *flags)
+    first = torch.load(out / "last.pt", weights_only=True)["shards"]
+    real_save = dcp.save
+
+    def killed(state, checkpoint_id):
+        real_save(state, checkpoint_id=checkpoint_id)
+        if Path(checkpoint_id).name.startswith("last."):
+            (Path(checkpoint_id) / ".metadata").unlink()  # torn: never finished
+            raise SystemExit("killed")
+
+    monkeypatch.setattr(dcp, "save", killed)
+    with pytest.raises(SystemExit, match="killed"):
+        main_of(fsdp, *QUICK, "--epochs", "2", "--out-dir", out)
+    monkeypatch.setattr(dcp, "save", real_save)
+    assert torch.load(out / "last.pt", weights_only=True)["shards"] == first
+    torn = [p for p in out.glob("last.*") if p.is_dir() and p.name != first]
+    assert [(p / ".metadata").exists() for p in torn] == [False]
+    main_of(fsdp, *QUICK, "--eval-only", "--out-dir", out)
+    pointer = torch.load(out / "last.pt", weights_only=True)
+    torch.save({**pointer, "shards": torn[0].name}, out / "torn.pt")  # as if it named it
+    with pytest.raises(SystemExit) as refused:
+        main_of(fsdp, *QUICK, "--eval-only", "--resume", out / "torn.pt", "--out-dir", tmp_path)
+    whole = f"{torn[0]}: missing, or not whole (its save did not finish)"
+    assert str(refused.value.code).endswith(whole)
+    main_of(fsdp, *QUICK, "--epochs", "2", "--out-dir", out)
+    assert [row["epoch"] for row in read_metrics(out)] == [1, 2]
+    last = torch.load(out / "last.pt", weights_only=True)["shards"]
+    assert last not in (first, torn[0].name)
+    assert sorted(p.name for p in out.glob("last.*") if p.is_dir()) == [last]
+
+
+def test_evaluation_counts_every_item_once_when_processes_hold_unequal_batches(
+    twins, tmp_path, capsys
+):
+    """17 validation items on two processes: 9 and 8, so 2 batches of 8 (validation
+    batches are twice --batch-size 4) and 1. Every forward pass gathers the sharded
+    weights, all processes together: the one with a batch fewer runs its last again,
+    uncounted (else both wait for ever), and the metrics over both are those of one
+    process over all 17 (its checkpoint, written by one process, loaded by two)."""
+    _, fsdp = twins
+    flags = [*QUICK, "--synthetic-size", "85", "--batch-size", "4", "--epochs", "1"]
+    flags += ["--out-dir", tmp_path]
+    main_of(fsdp, *flags)
+    main_of(fsdp, *flags, "--eval-only")
+    alone = capsys.readouterr().out.strip().splitlines()[-1]
+    # Another --out-dir: this process holds the first one's lock.
+    evaluate = ["--eval-only", "--resume", tmp_path / "last.pt", "--out-dir", tmp_path / "two"]
+    two = run(*TORCHRUN, "train.py", *flags[:-2], *evaluate, cwd=fsdp, timeout=120).stdout
+    (both,) = [line for line in two.splitlines() if line.startswith("val_loss")]
+    (loss, acc), (loss_2, acc_2) = (line.split()[1:4:2] for line in (alone, both))
+    assert acc_2 == acc and float(loss_2) == pytest.approx(float(loss), rel=1e-5), (alone, both)
