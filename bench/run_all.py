@@ -33,6 +33,7 @@ BENCHMARKS = (
     "time_to_accuracy.py",
     "startup.py",
     "lr_finder.py",
+    "fsdp_memory.py",
 )
 
 
