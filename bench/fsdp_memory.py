@@ -3,11 +3,11 @@
     python bench/fsdp_memory.py [--quick] [--repeats N] [--keep DIR] [--device cuda]
 
 The template is rendered twice with its default answers but `distributed`: `ddp` and
-`fsdp`. Each trains torchvision's ResNet-18 (11.2 million parameters: its training state,
-weights, gradients and SGD's momentum, is about 134 MB in float32 per copy) on the built-in
-synthetic images at 32x32 for one epoch, on two processes started by torchrun (on a CPU
-over gloo; with --device cuda, one GPU each over NCCL). The two alternate, --repeats times
-(3 by default).
+`fsdp`. Each trains torchvision's ResNet-18 and Wide ResNet-50-2 (11.7 and 68.9 million
+parameters: their training state, weights, gradients and SGD's momentum, is about 140 MB
+and 830 MB in float32 per copy) on the built-in synthetic images at 32x32 for one epoch, on
+two processes started by torchrun (on a CPU over gloo; with --device cuda, one GPU each over
+NCCL). The two alternate, --repeats times (2 by default).
 
 Peak memory: on a CPU, the largest resident set of the training processes
 (`resource.getrusage(RUSAGE_CHILDREN).ru_maxrss` in a process that runs torchrun and
@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common  # noqa: E402
 
-MODEL = "resnet18"
-REPEATS = 3
+MODELS = {"resnet18": 11.7, "wide_resnet50_2": 68.9}  # torchvision's, millions of parameters
+REPEATS = 2
 # Runs a command and reports the largest resident set of its processes (Linux: KiB).
 CHILDREN_PEAK = """\
 import resource, subprocess, sys
@@ -80,40 +80,48 @@ def main(argv: list[str] | None = None) -> str:
     cuda = options.device.startswith("cuda")
     repeats = options.repeats or (1 if options.quick else REPEATS)
     size = "64" if options.quick else "512"
-    flags = ["--model", MODEL, "--image-size", "32", "--synthetic-size", size, "--epochs", "1"]
-    flags += ["--batch-size", "32", "--workers", "0", "--device", "cuda" if cuda else "cpu"]
-    results: dict[str, list[tuple[float, float]]] = {"ddp": [], "fsdp": []}
+    flags = ["--image-size", "32", "--synthetic-size", size, "--epochs", "1", "--batch-size"]
+    flags += ["32", "--workers", "0", "--device", "cuda" if cuda else "cpu"]
+    results: dict[tuple[str, str], list[tuple[float, float]]] = {}
     started = time.perf_counter()
     with common.workdir(options.keep) as work:
         projects = {}
-        for answer in results:
+        for answer in ("ddp", "fsdp"):
             common.log(f"fsdp memory: rendering {answer}")
             projects[answer] = common.render(work / answer, distributed=answer, extras=[])
-        for repeat in range(repeats):
-            for answer in ("fsdp", "ddp"):
-                peak, speed = train(projects[answer], flags, work / f"out-{answer}", cuda)
-                results[answer].append((peak, speed))
-                common.log(f"  {answer} #{repeat}: peak {peak / 2**20:.0f} MiB, {speed:.1f}/s")
-    rows = []
-    for answer, measured in results.items():
-        peak = statistics.median(p for p, _ in measured)
-        speed = statistics.median(s for _, s in measured)
-        rows.append([answer, f"{peak / 2**20:,.0f}", f"{speed:,.1f}"])
-    ratio = [statistics.median(p for p, _ in results[a]) for a in ("fsdp", "ddp")]
-    speeds = [statistics.median(s for _, s in results[a]) for a in ("fsdp", "ddp")]
+        for model in MODELS:
+            for repeat in range(repeats):
+                for answer in ("fsdp", "ddp"):
+                    out = work / f"out-{answer}"
+                    peak, speed = train(projects[answer], ["--model", model, *flags], out, cuda)
+                    results.setdefault((model, answer), []).append((peak, speed))
+                    common.log(
+                        f"  {model} {answer} #{repeat}: {peak / 2**20:.0f} MiB, {speed:.1f}/s"
+                    )
+    rows, ratios = [], []
+    for model, millions in MODELS.items():
+        medians = {}
+        for answer in ("ddp", "fsdp"):
+            measured = results[model, answer]
+            medians[answer] = [statistics.median(m[i] for m in measured) for i in (0, 1)]
+            peak, speed = medians[answer]
+            rows.append(
+                [f"{model} ({millions} M)", answer, f"{peak / 2**20:,.0f}", f"{speed:,.1f}"]
+            )
+        memory, speed = (medians["fsdp"][i] / medians["ddp"][i] for i in (0, 1))
+        ratios.append(f"{model}: peak memory {memory:.2f}x, samples/s {speed:.2f}x")
     what = "peak allocated on the GPU, MiB" if cuda else "peak resident memory, MiB"
     device = "CUDA, NCCL" if cuda else f"CPU, gloo, {os.cpu_count()} cores"
     return "\n\n".join(
         [
             title,
-            f"torchvision's {MODEL} (11.2 M parameters) on the built-in synthetic images at "
-            f"32x32, {size} of them, batch 32 per process, one epoch, two processes ({device}); "
-            f"median of {repeats} runs each, alternating; {time.perf_counter() - started:.0f} s "
-            "in all. On a CPU the peak is the largest training process's resident memory, "
-            "torch and the data set included, which sharding does not divide.",
-            common.table(["distributed", what, "samples/s (both processes)"], rows),
-            f"FSDP / DDP: peak memory {ratio[0] / ratio[1]:.2f}x, samples/s "
-            f"{speeds[0] / speeds[1]:.2f}x.",
+            f"torchvision's models on the built-in synthetic images at 32x32, {size} of them, "
+            f"batch 32 per process, one epoch, two processes ({device}); median of {repeats} "
+            f"runs each, alternating; {time.perf_counter() - started:.0f} s in all. On a CPU "
+            "the peak is the largest training process's resident memory, torch and the data "
+            "set included.",
+            common.table(["model", "distributed", what, "samples/s (both processes)"], rows),
+            "FSDP / DDP: " + "; ".join(ratios) + ".",
         ]
     )
 
