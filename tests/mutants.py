@@ -1955,6 +1955,22 @@ MUTANTS = [
         "if process_count() > 1:",
         ("tests/test_speed_report.py", "-k", "slow_one"),
     ),
+    Mutant(
+        "speed-budget-never-spent",
+        "speed report: no speed-up tried once its time budget is spent",
+        SPEED,
+        "deadline = time.perf_counter() + BUDGET",
+        "deadline = time.perf_counter() + BUDGET + 3600",
+        ("tests/test_speed_report.py", "-k", "host_sync"),
+    ),
+    Mutant(
+        "speed-report-locks-the-out-dir",
+        "speed report: nothing written into --out-dir but the report",
+        TRAIN,
+        "if not args.speed_report and (problem := hold_out_dir(out_dir)):",
+        "if problem := hold_out_dir(out_dir):",
+        ("tests/test_speed_report.py", "-k", "sleepy"),
+    ),
 ]
 
 
