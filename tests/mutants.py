@@ -444,13 +444,21 @@ MUTANTS = [
         ("tests/test_fsdp.py", "-k", "cut_short"),
     ),
     Mutant(
+        "fsdp-resume-without-the-optimizer-shards",
+        "FSDP: a resume on another number of processes loads the optimizer's state too",
+        CHECKPOINT,
+        "        dcp.load(state, checkpoint_id=folder)\n",
+        '        dcp.load({"model": weights}, checkpoint_id=folder)\n',
+        ("tests/test_fsdp.py", "-k", "three_processes"),
+    ),
+    Mutant(
         "fsdp-evaluation-out-of-step",
         "FSDP: a process with a validation batch fewer still joins every forward's gathers",
         TRAIN,
         "    for _ in range(most - len(batches)):  # in step with the processes that hold more\n"
         "        model(inputs)\n",
         "",
-        ("tests/test_fsdp.py", "-k", "unequal"),
+        ("tests/test_fsdp.py", "-k", "three_processes"),
     ),
     Mutant(
         "ddp-evaluation-pads",

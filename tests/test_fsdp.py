@@ -318,23 +318,45 @@ def test_a_save_cut_short_leaves_the_last_checkpoint_whole(twins, tmp_path, monk
     assert sorted(p.name for p in out.glob("last.*") if p.is_dir()) == [last]
 
 
-def test_evaluation_counts_every_item_once_when_processes_hold_unequal_batches(
-    twins, tmp_path, capsys
-):
-    """17 validation items on two processes: 9 and 8, so 2 batches of 8 (validation
-    batches are twice --batch-size 4) and 1. Every forward pass gathers the sharded
-    weights, all processes together: the one with a batch fewer runs its last again,
-    uncounted (else both wait for ever), and the metrics over both are those of one
-    process over all 17 (its checkpoint, written by one process, loaded by two)."""
+@pytest.mark.slow
+def test_fsdp_resumes_on_one_then_two_then_three_processes(twins, tmp_path, capsys):
+    """A run of one process for epoch 1, resumed on two for epoch 2, then on three for epoch
+    3 (ResNetSmall's first dimensions, 16, 32, 64 and 10, are not all split evenly in three):
+    each resume loads the weights and the optimizer's momentum that the folder of shards
+    holds, bit for bit, and goes on to a row of metrics. Its evaluation counts each of the 17
+    validation items once (9 and 8 on two processes: 2 batches of 8 and 1, against 1; every
+    forward gathers the weights, all processes together, so the one with a batch fewer runs
+    its last again, uncounted): the metrics of the epoch are those that one process
+    evaluates from the checkpoint."""
     _, fsdp = twins
-    flags = [*QUICK, "--synthetic-size", "85", "--batch-size", "4", "--epochs", "1"]
-    flags += ["--out-dir", tmp_path]
-    main_of(fsdp, *flags)
-    main_of(fsdp, *flags, "--eval-only")
-    alone = capsys.readouterr().out.strip().splitlines()[-1]
-    # Another --out-dir: this process holds the first one's lock.
-    evaluate = ["--eval-only", "--resume", tmp_path / "last.pt", "--out-dir", tmp_path / "two"]
-    two = run(*TORCHRUN, "train.py", *flags[:-2], *evaluate, cwd=fsdp, timeout=120).stdout
-    (both,) = [line for line in two.splitlines() if line.startswith("val_loss")]
-    (loss, acc), (loss_2, acc_2) = (line.split()[1:4:2] for line in (alone, both))
-    assert acc_2 == acc and float(loss_2) == pytest.approx(float(loss), rel=1e-5), (alone, both)
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    env = {**os.environ, "PROBE_DIR": str(probe)}
+    flags = [*QUICK, "--synthetic-size", "85", "--batch-size", "4"]
+    main_of(fsdp, *flags, "--epochs", "1", "--out-dir", tmp_path / "1")
+    for processes in (2, 3):
+        # Each in a folder of its own: this process holds the lock of the first.
+        resume, out = tmp_path / f"{processes - 1}/last.pt", tmp_path / str(processes)
+        written = shards_of(resume)
+        torchrun = [*TORCHRUN[:-1], f"--nproc-per-node={processes}", PROBE, "train.py"]
+        more = ["--epochs", processes, "--resume", resume, "--out-dir", out]
+        result = run(*torchrun, *flags, *more, cwd=fsdp, env=env, timeout=120)
+        assert f"resumed from {resume}: epoch {processes - 1}," in result.stdout
+        assert f"{processes} x cpu" in result.stdout
+        loaded = torch.load(probe / "fsdp.loaded.pt", weights_only=True)
+        assert {f"model.{k}" for k in loaded["model"]} == {k for k in written if k[:6] == "model."}
+        for name, tensor in loaded["model"].items():
+            assert torch.equal(tensor, written[f"model.{name}"]), (processes, name)
+        momentum = {k: v["momentum_buffer"] for k, v in loaded["optimizer"]["state"].items()}
+        assert len(momentum) == len([k for k in written if k.endswith(".momentum_buffer")]) > 0
+        for name, tensor in momentum.items():
+            key = f"optimizer.state.{name}.momentum_buffer"
+            assert torch.equal(tensor, written[key]), (processes, name)
+        rows = read_metrics(out)
+        assert [row["epoch"] for row in rows] == list(range(1, processes + 1))
+        capsys.readouterr()
+        evaluate = ["--eval-only", "--resume", out / "last.pt", "--out-dir", tmp_path / "e"]
+        main_of(fsdp, *flags, *evaluate)
+        loss, acc = capsys.readouterr().out.strip().splitlines()[-1].split()[1:4:2]
+        assert float(acc) == pytest.approx(rows[-1]["val_acc"], abs=1e-6)
+        assert float(loss) == pytest.approx(rows[-1]["val_loss"], rel=1e-5)
