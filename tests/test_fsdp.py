@@ -147,9 +147,10 @@ def twins(template, tmp_path_factory):
 @pytest.mark.slow
 def test_fsdp_trains_as_ddp_with_half_the_state_per_process(twins, tmp_path):
     """The same seed, data and flags on two processes, by DDP and by FSDP, an MLP of 0.8 M
-    parameters with accumulation (windows of 2) and clipping that bites: each step's total
-    gradient norm, the epoch's losses and the weights after it are DDP's up to float32
-    rounding; each FSDP process holds half of DDP's weights, gradients and optimizer state
+    parameters with accumulation (windows of 2) and clipping that bites. FSDP's is built on
+    the meta device and sharded there (no process holds it whole), then each process makes
+    its shards of the initial weights, which are DDP's: each step's total gradient norm, the
+    epoch's losses and the weights after it are DDP's up to float32 rounding; each FSDP process holds half of DDP's weights, gradients and optimizer state
     (counted from its local shards at the first step). The first process alone writes
     checkpoints and metrics.csv, in both."""
     ddp, fsdp = twins
@@ -170,6 +171,10 @@ def test_fsdp_trains_as_ddp_with_half_the_state_per_process(twins, tmp_path):
         for part in ("params", "grads", "optimizer"):
             assert ddp_state[part] > 3_000_000  # bytes: 0.79 M float32 numbers
             assert fsdp_state[part] / ddp_state[part] == pytest.approx(0.5, abs=0.01), part
+        # Built on the meta device: no process held the whole model, nor any weight.
+        sharded = [e["devices"] for e in probes(probe, fsdp.name, rank, "sharded")]
+        assert sharded == [["meta"], ["meta"]]  # the MLP's layers (one unit), then the root
+        assert probes(probe, ddp.name, rank, "sharded") == []
         writes = [[e["name"] for e in probes(probe, p.name, rank, "write")] for p in twins]
         if rank == 0:
             for names in writes:
@@ -185,6 +190,47 @@ def test_fsdp_trains_as_ddp_with_half_the_state_per_process(twins, tmp_path):
     for name, tensor in ddp_weights.items():
         torch.testing.assert_close(fsdp_weights[f"model.{name}"], tensor, rtol=1e-5, atol=1e-6)
     assert not torch.equal(fsdp_weights["model.net.1.weight"], ddp_weights["net.1.weight"] * 0)
+
+
+def test_models_built_on_meta_and_sharded_start_as_built_whole(twins):
+    """In a process group of one, each built-in model built on the meta device and given its
+    initial weights shard by shard (shard_model) holds the weights and BatchNorm statistics
+    that building it whole from the same seed gives, bit for bit (ResNetSmall's convolutions
+    He-initialised, each block's last norm zeroed, after the layers' own initialisation). A
+    user's model with a weight that no reset_parameters() sets stops, naming the weight."""
+    _, fsdp = twins
+    with inside(fsdp):
+        from proj.data import DataInfo
+        from proj.distributed import init_distributed
+        from proj.models import MODELS, build_model, sharding_units
+        from proj.sharding import shard_model
+        from proj.utils import UserError
+
+        device, _, _ = init_distributed("cpu")
+        info = DataInfo(10, (3, 8, 8))
+        for name in MODELS:
+            torch.manual_seed(7)
+            whole = build_model(name, info).state_dict()
+            torch.manual_seed(0)  # shard_model draws from the seed it is given alone
+            with torch.device("meta"):
+                model = build_model(name, info)
+            shard_model(model, sharding_units(model), device, 7, None)
+            whole_options = dcp_state_dict.StateDictOptions(full_state_dict=True)
+            made = dcp_state_dict.get_model_state_dict(model, options=whole_options)
+            assert made.keys() == whole.keys(), name
+            for key, tensor in whole.items():
+                assert torch.equal(made[key], tensor), (name, key)
+
+        class Scaled(torch.nn.Module):  # a weight of its own, and no reset_parameters()
+            def __init__(self) -> None:
+                super().__init__()
+                self.linear = torch.nn.Linear(4, 4)
+                self.scale = torch.nn.Parameter(torch.ones(4))
+
+        with torch.device("meta"):
+            model = Scaled()
+        with pytest.raises(UserError, match="^scale has no initial value: give its module"):
+            shard_model(model, [], device, 0, None)
 
 
 # 10 optimizer steps per epoch on 2 processes, 2 epochs: room to interrupt.
@@ -221,8 +267,9 @@ def test_fsdp_preempted_then_resumed_is_bit_identical_and_loads_anywhere(
     not stopped, and its older shard folders are gone. Its last checkpoint then loads into
     one process (a group of one) with the weights and the optimizer's momentum that the two
     wrote; `python -m proj.sharding` writes those weights as one file, which a project
-    that is not sharded evaluates (--init-weights), and which the sharded last.pt given to
-    --init-weights is refused for, in one line naming that command."""
+    that is not sharded and the sharded one evaluate alike (--init-weights), and which the
+    sharded last.pt given to --init-weights is refused for, in one line naming that
+    command."""
     _, fsdp = twins
     run(*TORCHRUN, "train.py", *RUN, "--out-dir", tmp_path / "whole", cwd=fsdp, timeout=300)
     out = tmp_path / "preempted"
@@ -270,7 +317,10 @@ def test_fsdp_preempted_then_resumed_is_bit_identical_and_loads_anywhere(
         assert torch.equal(tensor, written[f"model.{name}"]), name
     single = render(template, tmp_path / "single", extras=[])
     main_of(single, *RUN, "--eval-only", "--init-weights", weights, "--out-dir", tmp_path / "s")
-    assert "val_loss" in capsys.readouterr().out
+    evaluated = capsys.readouterr().out.strip().splitlines()[-1]
+    assert evaluated.startswith("val_loss")
+    main_of(fsdp, *RUN, "--eval-only", "--init-weights", weights, "--out-dir", tmp_path / "f")
+    assert capsys.readouterr().out.strip().splitlines()[-1] == evaluated  # sharded from it
     with pytest.raises(SystemExit) as refused:
         main_of(fsdp, *RUN, "--init-weights", out / "last.pt", "--out-dir", tmp_path / "g")
     assert "sharded; write its weights to one file first: python -m proj.sharding" in str(
