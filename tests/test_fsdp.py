@@ -123,9 +123,9 @@ def test_a_cover_of_fsdp_combinations_trains_on_two_processes(template, tmp_path
     bf16 = [p for p, answers in zip(projects, COVER, strict=True) if answers["amp"] == "bf16"]
     off = [p for p in projects if p not in bf16]
     env = {**os.environ, "PROBE_DIR": str(tmp_path / "probe")}
-    # --amp bf16 forced on the CPU; a project answered off has no --amp flag.
-    for group, more in ((bf16, ["--amp", "bf16", "--image-size", "8"]), (off, [])):
-        run(*TORCHRUN, PROBE, RUNNER, results, *group, "--", *flags, *more, env=env, timeout=600)
+    # --amp bf16 forced on the CPU; a project answered off has no --amp flag. One job.
+    groups = [*bf16, "--", *flags, "--amp", "bf16", "--image-size", "8", "--", *off, "--", *flags]
+    run(*TORCHRUN, PROBE, RUNNER, results, *groups, env=env, timeout=600)
     outcomes = dict(line.split("\t") for line in results.read_text().splitlines())
     assert outcomes == {str(p): "ok" for p in projects}
     for project in projects:
@@ -150,9 +150,10 @@ def test_fsdp_trains_as_ddp_with_half_the_state_per_process(twins, tmp_path):
     parameters with accumulation (windows of 2) and clipping that bites. FSDP's is built on
     the meta device and sharded there (no process holds it whole), then each process makes
     its shards of the initial weights, which are DDP's: each step's total gradient norm, the
-    epoch's losses and the weights after it are DDP's up to float32 rounding; each FSDP process holds half of DDP's weights, gradients and optimizer state
-    (counted from its local shards at the first step). The first process alone writes
-    checkpoints and metrics.csv, in both."""
+    epoch's losses and the weights after it are DDP's up to float32 rounding; each FSDP
+    process holds half of DDP's weights, gradients and optimizer state (counted from its
+    local shards at the first step). The first process alone writes checkpoints and
+    metrics.csv, in both."""
     ddp, fsdp = twins
     flags = [*QUICK, "--image-size", "32", "--synthetic-size", "96", "--model", "mlp"]
     flags += ["--amp", "off", "--accum-steps", "2", "--clip-grad", "0.5", "--epochs", "1"]
