@@ -141,9 +141,8 @@ def test_a_failing_rank_fails_the_job_without_requeueing_it(cluster, project):
 
 @pytest.fixture(scope="module")
 def fsdp_project(template, tmp_path_factory):
-    return render(
-        template, tmp_path_factory.mktemp("slurm-fsdp") / "p", distributed="fsdp", amp="off"
-    )
+    dest = tmp_path_factory.mktemp("slurm-fsdp") / "p"
+    return render(template, dest, distributed="fsdp", amp="off", extras=["preemption"])
 
 
 def test_the_fsdp_project_s_job_is_preempted_requeued_and_resumes_from_its_shards(
