@@ -4,6 +4,9 @@ importing torch is paid once. Used by the tests as
 
     torchrun --standalone --nproc-per-node=2 tests/ddp_runner.py RESULTS PROJECT... -- FLAGS
 
+or with several groups of projects, each with its flags:
+RESULTS PROJECT... -- FLAGS -- PROJECT... -- FLAGS.
+
 Each project writes to PROJECT/runs/ddp; rank 0 appends one line per project to RESULTS:
 the project's folder and "ok" or the error.
 """
@@ -50,8 +53,12 @@ def fresh_rendezvous(store: dist.TCPStore, key: str) -> None:
 
 def main() -> None:
     results, *rest = sys.argv[1:]
-    split = rest.index("--")
-    projects, flags = [Path(p).resolve() for p in rest[:split]], rest[split + 1 :]
+    runs = []  # (project, its flags)
+    while rest:
+        split = rest.index("--")
+        end = rest.index("--", split + 1) if "--" in rest[split + 1 :] else len(rest)
+        runs += [(Path(p).resolve(), rest[split + 1 : end]) for p in rest[:split]]
+        rest = rest[end + 1 :]
     rank = int(os.environ["RANK"])
     store = dist.TCPStore(
         os.environ["MASTER_ADDR"],
@@ -59,7 +66,7 @@ def main() -> None:
         is_master=False,
         timeout=datetime.timedelta(minutes=5),
     )
-    for index, project in enumerate(projects):
+    for index, (project, flags) in enumerate(runs):
         fresh_rendezvous(store, f"port-{index}")
         try:
             train_project(project, flags)

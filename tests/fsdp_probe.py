@@ -7,7 +7,12 @@ the FSDP tests compare, each process into PROBE_DIR/<project folder>.<RANK>.json
   the gradients are sharded);
 - "write": the name of each file written whole in place of another (os.replace: the
   checkpoints' files and metrics.csv);
-- "dtypes": the dtypes of what the linear layers computed, at the end of the run.
+- "dtypes": the dtypes of what the linear layers computed, at the end of the run;
+- "sharded": at each fully_shard call, the devices of the module's parameters (meta: the
+  model was sharded before it had weights);
+
+and, from the first process, <project>.loaded.pt: the weights and the optimizer's state as
+a resume loaded them from sharded checkpoint (set_state_dict), whole.
 
     python tests/fsdp_probe.py SCRIPT [ARGS...]          # under torchrun too
 """
@@ -15,6 +20,7 @@ the FSDP tests compare, each process into PROBE_DIR/<project folder>.<RANK>.json
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import os
 import runpy
@@ -22,6 +28,8 @@ import sys
 from pathlib import Path
 
 import torch
+import torch.distributed.checkpoint.state_dict as dcp_state_dict
+import torch.distributed.fsdp as fsdp
 import torch.nn as nn
 from torch.distributed.tensor import DTensor
 from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -80,6 +88,27 @@ def replace_logged(source, target, *args, **kwargs) -> None:
     record("write", name=Path(target).name)
 
 
+real_set_state_dict = dcp_state_dict.set_state_dict
+
+
+def set_state_dict_saved(model, optimizers, **kwargs):
+    real_set_state_dict(model, optimizers, **kwargs)
+    whole = dcp_state_dict.StateDictOptions(full_state_dict=True, cpu_offload=True)
+    weights, optimizer = dcp_state_dict.get_state_dict(model, optimizers, options=whole)
+    if RANK == "0":  # whole on the first process, empty on the others
+        loaded = Path(os.environ["PROBE_DIR"]) / f"{Path.cwd().name}.loaded.pt"
+        torch.save({"model": weights, "optimizer": optimizer}, loaded)
+
+
+real_fully_shard = fsdp.fully_shard
+
+
+@functools.wraps(real_fully_shard)  # with its attributes (fully_shard.state)
+def fully_shard_recorded(module, *args, **kwargs):
+    record("sharded", devices=sorted({p.device.type for p in module.parameters()}))
+    return real_fully_shard(module, *args, **kwargs)
+
+
 def report() -> None:
     for project, seen in dtypes.items():
         with open(Path(os.environ["PROBE_DIR"]) / f"{project}.{RANK}.jsonl", "a") as f:
@@ -92,6 +121,8 @@ def main() -> None:
     nn.modules.module.register_module_forward_hook(watch)
     nn.utils.clip_grad_norm_ = clip_logged
     os.replace = replace_logged
+    dcp_state_dict.set_state_dict = set_state_dict_saved
+    fsdp.fully_shard = fully_shard_recorded
     atexit.register(report)
     sys.argv = [script, *args]
     sys.path.insert(0, str(Path(script).resolve().parent))

@@ -123,9 +123,9 @@ def test_a_cover_of_fsdp_combinations_trains_on_two_processes(template, tmp_path
     bf16 = [p for p, answers in zip(projects, COVER, strict=True) if answers["amp"] == "bf16"]
     off = [p for p in projects if p not in bf16]
     env = {**os.environ, "PROBE_DIR": str(tmp_path / "probe")}
-    # --amp bf16 forced on the CPU; a project answered off has no --amp flag.
-    for group, more in ((bf16, ["--amp", "bf16", "--image-size", "8"]), (off, [])):
-        run(*TORCHRUN, PROBE, RUNNER, results, *group, "--", *flags, *more, env=env, timeout=600)
+    # --amp bf16 forced on the CPU; a project answered off has no --amp flag. One job.
+    groups = [*bf16, "--", *flags, "--amp", "bf16", "--image-size", "8", "--", *off, "--", *flags]
+    run(*TORCHRUN, PROBE, RUNNER, results, *groups, env=env, timeout=600)
     outcomes = dict(line.split("\t") for line in results.read_text().splitlines())
     assert outcomes == {str(p): "ok" for p in projects}
     for project in projects:
@@ -147,11 +147,13 @@ def twins(template, tmp_path_factory):
 @pytest.mark.slow
 def test_fsdp_trains_as_ddp_with_half_the_state_per_process(twins, tmp_path):
     """The same seed, data and flags on two processes, by DDP and by FSDP, an MLP of 0.8 M
-    parameters with accumulation (windows of 2) and clipping that bites: each step's total
-    gradient norm, the epoch's losses and the weights after it are DDP's up to float32
-    rounding; each FSDP process holds half of DDP's weights, gradients and optimizer state
-    (counted from its local shards at the first step). The first process alone writes
-    checkpoints and metrics.csv, in both."""
+    parameters with accumulation (windows of 2) and clipping that bites. FSDP's is built on
+    the meta device and sharded there (no process holds it whole), then each process makes
+    its shards of the initial weights, which are DDP's: each step's total gradient norm, the
+    epoch's losses and the weights after it are DDP's up to float32 rounding; each FSDP
+    process holds half of DDP's weights, gradients and optimizer state (counted from its
+    local shards at the first step). The first process alone writes checkpoints and
+    metrics.csv, in both."""
     ddp, fsdp = twins
     flags = [*QUICK, "--image-size", "32", "--synthetic-size", "96", "--model", "mlp"]
     flags += ["--amp", "off", "--accum-steps", "2", "--clip-grad", "0.5", "--epochs", "1"]
@@ -170,6 +172,10 @@ def test_fsdp_trains_as_ddp_with_half_the_state_per_process(twins, tmp_path):
         for part in ("params", "grads", "optimizer"):
             assert ddp_state[part] > 3_000_000  # bytes: 0.79 M float32 numbers
             assert fsdp_state[part] / ddp_state[part] == pytest.approx(0.5, abs=0.01), part
+        # Built on the meta device: no process held the whole model, nor any weight.
+        sharded = [e["devices"] for e in probes(probe, fsdp.name, rank, "sharded")]
+        assert sharded == [["meta"], ["meta"]]  # the MLP's layers (one unit), then the root
+        assert probes(probe, ddp.name, rank, "sharded") == []
         writes = [[e["name"] for e in probes(probe, p.name, rank, "write")] for p in twins]
         if rank == 0:
             for names in writes:
@@ -185,6 +191,47 @@ def test_fsdp_trains_as_ddp_with_half_the_state_per_process(twins, tmp_path):
     for name, tensor in ddp_weights.items():
         torch.testing.assert_close(fsdp_weights[f"model.{name}"], tensor, rtol=1e-5, atol=1e-6)
     assert not torch.equal(fsdp_weights["model.net.1.weight"], ddp_weights["net.1.weight"] * 0)
+
+
+def test_models_built_on_meta_and_sharded_start_as_built_whole(twins):
+    """In a process group of one, each built-in model built on the meta device and given its
+    initial weights shard by shard (shard_model) holds the weights and BatchNorm statistics
+    that building it whole from the same seed gives, bit for bit (ResNetSmall's convolutions
+    He-initialised, each block's last norm zeroed, after the layers' own initialisation). A
+    user's model with a weight that no reset_parameters() sets stops, naming the weight."""
+    _, fsdp = twins
+    with inside(fsdp):
+        from proj.data import DataInfo
+        from proj.distributed import init_distributed
+        from proj.models import MODELS, build_model, sharding_units
+        from proj.sharding import shard_model
+        from proj.utils import UserError
+
+        device, _, _ = init_distributed("cpu")
+        info = DataInfo(10, (3, 8, 8))
+        for name in MODELS:
+            torch.manual_seed(7)
+            whole = build_model(name, info).state_dict()
+            torch.manual_seed(0)  # shard_model draws from the seed it is given alone
+            with torch.device("meta"):
+                model = build_model(name, info)
+            shard_model(model, sharding_units(model), device, 7, None)
+            whole_options = dcp_state_dict.StateDictOptions(full_state_dict=True)
+            made = dcp_state_dict.get_model_state_dict(model, options=whole_options)
+            assert made.keys() == whole.keys(), name
+            for key, tensor in whole.items():
+                assert torch.equal(made[key], tensor), (name, key)
+
+        class Scaled(torch.nn.Module):  # a weight of its own, and no reset_parameters()
+            def __init__(self) -> None:
+                super().__init__()
+                self.linear = torch.nn.Linear(4, 4)
+                self.scale = torch.nn.Parameter(torch.ones(4))
+
+        with torch.device("meta"):
+            model = Scaled()
+        with pytest.raises(UserError, match="^scale has no initial value: give its module"):
+            shard_model(model, [], device, 0, None)
 
 
 # 10 optimizer steps per epoch on 2 processes, 2 epochs: room to interrupt.
@@ -221,8 +268,9 @@ def test_fsdp_preempted_then_resumed_is_bit_identical_and_loads_anywhere(
     not stopped, and its older shard folders are gone. Its last checkpoint then loads into
     one process (a group of one) with the weights and the optimizer's momentum that the two
     wrote; `python -m proj.sharding` writes those weights as one file, which a project
-    that is not sharded evaluates (--init-weights), and which the sharded last.pt given to
-    --init-weights is refused for, in one line naming that command."""
+    that is not sharded and the sharded one evaluate alike (--init-weights), and which the
+    sharded last.pt given to --init-weights is refused for, in one line naming that
+    command."""
     _, fsdp = twins
     run(*TORCHRUN, "train.py", *RUN, "--out-dir", tmp_path / "whole", cwd=fsdp, timeout=300)
     out = tmp_path / "preempted"
@@ -270,7 +318,10 @@ def test_fsdp_preempted_then_resumed_is_bit_identical_and_loads_anywhere(
         assert torch.equal(tensor, written[f"model.{name}"]), name
     single = render(template, tmp_path / "single", extras=[])
     main_of(single, *RUN, "--eval-only", "--init-weights", weights, "--out-dir", tmp_path / "s")
-    assert "val_loss" in capsys.readouterr().out
+    evaluated = capsys.readouterr().out.strip().splitlines()[-1]
+    assert evaluated.startswith("val_loss")
+    main_of(fsdp, *RUN, "--eval-only", "--init-weights", weights, "--out-dir", tmp_path / "f")
+    assert capsys.readouterr().out.strip().splitlines()[-1] == evaluated  # sharded from it
     with pytest.raises(SystemExit) as refused:
         main_of(fsdp, *RUN, "--init-weights", out / "last.pt", "--out-dir", tmp_path / "g")
     assert "sharded; write its weights to one file first: python -m proj.sharding" in str(
@@ -318,23 +369,45 @@ def test_a_save_cut_short_leaves_the_last_checkpoint_whole(twins, tmp_path, monk
     assert sorted(p.name for p in out.glob("last.*") if p.is_dir()) == [last]
 
 
-def test_evaluation_counts_every_item_once_when_processes_hold_unequal_batches(
-    twins, tmp_path, capsys
-):
-    """17 validation items on two processes: 9 and 8, so 2 batches of 8 (validation
-    batches are twice --batch-size 4) and 1. Every forward pass gathers the sharded
-    weights, all processes together: the one with a batch fewer runs its last again,
-    uncounted (else both wait for ever), and the metrics over both are those of one
-    process over all 17 (its checkpoint, written by one process, loaded by two)."""
+@pytest.mark.slow
+def test_fsdp_resumes_on_one_then_two_then_three_processes(twins, tmp_path, capsys):
+    """A run of one process for epoch 1, resumed on two for epoch 2, then on three for epoch
+    3 (ResNetSmall's first dimensions, 16, 32, 64 and 10, are not all split evenly in three):
+    each resume loads the weights and the optimizer's momentum that the folder of shards
+    holds, bit for bit, and goes on to a row of metrics. Its evaluation counts each of the 17
+    validation items once (9 and 8 on two processes: 2 batches of 8 and 1, against 1; every
+    forward gathers the weights, all processes together, so the one with a batch fewer runs
+    its last again, uncounted): the metrics of the epoch are those that one process
+    evaluates from the checkpoint."""
     _, fsdp = twins
-    flags = [*QUICK, "--synthetic-size", "85", "--batch-size", "4", "--epochs", "1"]
-    flags += ["--out-dir", tmp_path]
-    main_of(fsdp, *flags)
-    main_of(fsdp, *flags, "--eval-only")
-    alone = capsys.readouterr().out.strip().splitlines()[-1]
-    # Another --out-dir: this process holds the first one's lock.
-    evaluate = ["--eval-only", "--resume", tmp_path / "last.pt", "--out-dir", tmp_path / "two"]
-    two = run(*TORCHRUN, "train.py", *flags[:-2], *evaluate, cwd=fsdp, timeout=120).stdout
-    (both,) = [line for line in two.splitlines() if line.startswith("val_loss")]
-    (loss, acc), (loss_2, acc_2) = (line.split()[1:4:2] for line in (alone, both))
-    assert acc_2 == acc and float(loss_2) == pytest.approx(float(loss), rel=1e-5), (alone, both)
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    env = {**os.environ, "PROBE_DIR": str(probe)}
+    flags = [*QUICK, "--synthetic-size", "85", "--batch-size", "4"]
+    main_of(fsdp, *flags, "--epochs", "1", "--out-dir", tmp_path / "1")
+    for processes in (2, 3):
+        # Each in a folder of its own: this process holds the lock of the first.
+        resume, out = tmp_path / f"{processes - 1}/last.pt", tmp_path / str(processes)
+        written = shards_of(resume)
+        torchrun = [*TORCHRUN[:-1], f"--nproc-per-node={processes}", PROBE, "train.py"]
+        more = ["--epochs", processes, "--resume", resume, "--out-dir", out]
+        result = run(*torchrun, *flags, *more, cwd=fsdp, env=env, timeout=120)
+        assert f"resumed from {resume}: epoch {processes - 1}," in result.stdout
+        assert f"{processes} x cpu" in result.stdout
+        loaded = torch.load(probe / "fsdp.loaded.pt", weights_only=True)
+        assert {f"model.{k}" for k in loaded["model"]} == {k for k in written if k[:6] == "model."}
+        for name, tensor in loaded["model"].items():
+            assert torch.equal(tensor, written[f"model.{name}"]), (processes, name)
+        momentum = {k: v["momentum_buffer"] for k, v in loaded["optimizer"]["state"].items()}
+        assert len(momentum) == len([k for k in written if k.endswith(".momentum_buffer")]) > 0
+        for name, tensor in momentum.items():
+            key = f"optimizer.state.{name}.momentum_buffer"
+            assert torch.equal(tensor, written[key]), (processes, name)
+        rows = read_metrics(out)
+        assert [row["epoch"] for row in rows] == list(range(1, processes + 1))
+        capsys.readouterr()
+        evaluate = ["--eval-only", "--resume", out / "last.pt", "--out-dir", tmp_path / "e"]
+        main_of(fsdp, *flags, *evaluate)
+        loss, acc = capsys.readouterr().out.strip().splitlines()[-1].split()[1:4:2]
+        assert float(acc) == pytest.approx(rows[-1]["val_acc"], abs=1e-6)
+        assert float(loss) == pytest.approx(rows[-1]["val_loss"], rel=1e-5)

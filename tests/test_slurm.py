@@ -137,3 +137,41 @@ def test_a_failing_rank_fails_the_job_without_requeueing_it(cluster, project):
     assert cluster.job(job)["Restarts"] == "0"
     checkpoint = torch.load(project / "runs/failing/last.pt", weights_only=True)
     assert checkpoint["progress"]["epoch"] == 1  # the end of epoch 1: nothing after it saved
+
+
+@pytest.fixture(scope="module")
+def fsdp_project(template, tmp_path_factory):
+    dest = tmp_path_factory.mktemp("slurm-fsdp") / "p"
+    return render(template, dest, distributed="fsdp", amp="off", extras=["preemption"])
+
+
+def test_the_fsdp_project_s_job_is_preempted_requeued_and_resumes_from_its_shards(
+    cluster, fsdp_project, tmp_path
+):
+    """The FSDP project's scripts/slurm.sbatch as rendered: two srun tasks, two torchruns,
+    one sharded run of two processes. Held at step 6 and signalled there (SIGUSR1 to the
+    batch script), it writes its shards and last.pt, the job is requeued, resumes from them
+    and ends at epoch 3, step 12, its last.pt naming a whole folder of shards written by two
+    processes. (That a resume is bit-identical is shown with torchrun, tests/test_fsdp.py.)"""
+    marker = tmp_path / "held"
+    out = "runs/preempted"
+    job = submit(cluster, fsdp_project, out, HOLD_AT=f"5 {marker}")
+    deadline = time.monotonic() + 180
+    while not all(Path(f"{marker}.{rank}").exists() for rank in range(2)):
+        assert time.monotonic() < deadline, f"{cluster.state(job)}\n{cluster.logs()}"
+        time.sleep(0.2)
+    cluster.run("scancel", "--signal=USR1", "--batch", str(job))
+    assert cluster.wait(job, timeout=300) == "COMPLETED", output(fsdp_project, job)[-3000:]
+    log = output(fsdp_project, job)
+    assert "2 x cpu" in log and "x 2 processes" in log, log[-3000:]
+    assert "stopped at epoch 2, step 6" in log, log[-3000:]
+    assert f"resumed from {out}/last.pt: epoch 1, step 6" in log, log[-3000:]
+    assert cluster.job(job)["Restarts"] == "1"
+    assert final_states(cluster, job)[-1] == "COMPLETED"
+    assert [row["epoch"] for row in read_metrics(fsdp_project / out)] == [1, 2, 3]
+    last = torch.load(fsdp_project / out / "last.pt", weights_only=True)
+    assert (last["progress"]["epoch"], last["progress"]["step"]) == (3, 12)
+    assert len(last["processes"]) == 2
+    shards = fsdp_project / out / last["shards"]
+    assert (shards / ".metadata").is_file()
+    assert sorted(p.name for p in shards.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
