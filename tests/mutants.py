@@ -438,8 +438,8 @@ MUTANTS = [
         "fsdp-meta-init-without-the-builders-own",
         "FSDP: a model built on meta gets what its builder sets after its layers (ResNetSmall's)",
         SHARDING,
-        "            set_whole(module, partial(init_weights, module), gathered=True)\n",
-        "            pass\n",
+        "                set_whole(module, partial(init_weights, module), gathered=True)\n",
+        "                pass\n",
         ("tests/test_fsdp.py", "-k", "built_whole"),
     ),
     Mutant(

@@ -198,7 +198,8 @@ def test_models_built_on_meta_and_sharded_start_as_built_whole(twins):
     initial weights shard by shard (shard_model) holds the weights and BatchNorm statistics
     that building it whole from the same seed gives, bit for bit (ResNetSmall's convolutions
     He-initialised, each block's last norm zeroed, after the layers' own initialisation). A
-    user's model with a weight that no reset_parameters() sets stops, naming the weight."""
+    user's model with a weight that no reset_parameters() sets stops, naming the weight;
+    given a method init_weights(module) that sets it, it starts as built whole."""
     _, fsdp = twins
     with inside(fsdp):
         from proj.data import DataInfo
@@ -232,6 +233,26 @@ def test_models_built_on_meta_and_sharded_start_as_built_whole(twins):
             model = Scaled()
         with pytest.raises(UserError, match="^scale has no initial value: give its module"):
             shard_model(model, [], device, 0, None)
+
+        class Drawn(Scaled):  # the builder sets it, through the model's init_weights
+            def __init__(self) -> None:
+                super().__init__()
+                for module in self.modules():
+                    self.init_weights(module)
+
+            def init_weights(self, module: torch.nn.Module) -> None:
+                if module is self:
+                    torch.nn.init.normal_(self.scale)
+
+        torch.manual_seed(7)
+        whole = Drawn().state_dict()
+        with torch.device("meta"):
+            model = Drawn()
+        shard_model(model, [model.linear], device, 7, None)
+        made = dcp_state_dict.get_model_state_dict(model, options=whole_options)
+        assert made.keys() == whole.keys()
+        for key, tensor in whole.items():
+            assert torch.equal(made[key], tensor), key
 
 
 # 10 optimizer steps per epoch on 2 processes, 2 epochs: room to interrupt.
