@@ -475,6 +475,18 @@ MUTANTS = [
         ("tests/test_fsdp.py", "-k", "three_processes"),
     ),
     Mutant(
+        "fsdp-lamb-trust-ratio-of-a-shard",
+        "FSDP: LAMB's trust ratio takes the norms of each whole weight, not of a shard",
+        LAMB,
+        "                    w_norm = torch.linalg.vector_norm(p)\n"
+        "                    u_norm = torch.linalg.vector_norm(update)\n",
+        "                    w = getattr(p, 'to_local', lambda: p)()  # this process's shard\n"
+        "                    u = getattr(update, 'to_local', lambda: update)()\n"
+        "                    w_norm = torch.linalg.vector_norm(w)\n"
+        "                    u_norm = torch.linalg.vector_norm(u)\n",
+        ("tests/test_fsdp.py", "-k", "half_the_state"),
+    ),
+    Mutant(
         "fsdp-evaluation-out-of-step",
         "FSDP: a process with a validation batch fewer still joins every forward's gathers",
         TRAIN,

@@ -20,7 +20,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 import torch.distributed.checkpoint.state_dict as dcp_state_dict
 
-from tests.helpers import inside, read_metrics, render, ruff, run
+from tests.helpers import OPTIMIZERS, inside, read_metrics, render, ruff, run
 from tests.test_matrix import check_nothing_left_out
 from tests.test_resume import interrupt_at, tensors_equal, without_speed
 
@@ -29,7 +29,6 @@ TESTS = Path(__file__).parent
 PROBE, RUNNER = str(TESTS / "fsdp_probe.py"), str(TESTS / "ddp_runner.py")
 QUICK = ["--device", "cpu", "--synthetic-size", "48", "--image-size", "8", "--workers", "0"]
 QUICK += ["--batch-size", "8"]
-FSDP_OPTIMIZERS = ("sgd", "adam", "adamw", "nadam", "rmsprop", "adagrad", "adadelta")
 FSDP_SCHEDULERS = ("warmup_cosine", "onecycle", "cyclic", "cosine_restarts", "step", "constant")
 FSDP_EXTRAS = ([], ["preemption"], ["tensorboard"], ["preemption", "tensorboard"])
 
@@ -66,7 +65,7 @@ COVER = [
         data=("tensors", "images")[i % 2],
         extras=FSDP_EXTRAS[i % len(FSDP_EXTRAS)],
     )
-    for i, optimizer in enumerate(FSDP_OPTIMIZERS)
+    for i, optimizer in enumerate(OPTIMIZERS)
 ]
 
 
@@ -75,7 +74,7 @@ def fsdp_renders(template, tmp_path_factory):
     """Every optimizer under both amp values, schedules and extras spread over them."""
     folder = tmp_path_factory.mktemp("fsdp-renders")
     projects = {}
-    for i, (optimizer, amp) in enumerate(itertools.product(FSDP_OPTIMIZERS, ("off", "bf16"))):
+    for i, (optimizer, amp) in enumerate(itertools.product(OPTIMIZERS, ("off", "bf16"))):
         answers = dict(
             optimizer=optimizer,
             amp=amp,
@@ -145,7 +144,7 @@ def twins(template, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_fsdp_trains_as_ddp_with_half_the_state_per_process(twins, tmp_path):
+def test_fsdp_trains_as_ddp_with_half_the_state_per_process(twins, template, tmp_path):
     """The same seed, data and flags on two processes, by DDP and by FSDP, an MLP of 0.8 M
     parameters with accumulation (windows of 2) and clipping that bites. FSDP's is built on
     the meta device and sharded there (no process holds it whole), then each process makes
@@ -153,16 +152,24 @@ def test_fsdp_trains_as_ddp_with_half_the_state_per_process(twins, tmp_path):
     epoch's losses and the weights after it are DDP's up to float32 rounding; each FSDP
     process holds half of DDP's weights, gradients and optimizer state (counted from its
     local shards at the first step). The first process alone writes checkpoints and
-    metrics.csv, in both."""
+    metrics.csv, in both. LAMB and LARS, whose trust ratios take the norm of each whole
+    weight (FSDP's shards hold a part), train there as under DDP too."""
     ddp, fsdp = twins
+    layerwise = [
+        render(template, tmp_path / f"{optimizer}-{distributed}", **answers)
+        for optimizer in ("lamb", "lars")
+        for distributed in ("ddp", "fsdp")
+        for answers in [dict(distributed=distributed, optimizer=optimizer, extras=[])]
+    ]
     flags = [*QUICK, "--image-size", "32", "--synthetic-size", "96", "--model", "mlp"]
     flags += ["--amp", "off", "--accum-steps", "2", "--clip-grad", "0.5", "--epochs", "1"]
     probe = tmp_path / "probe"
     probe.mkdir()
     env = {**os.environ, "PROBE_DIR": str(probe)}
     results = tmp_path / "results.tsv"
-    run(*TORCHRUN, PROBE, RUNNER, results, ddp, fsdp, "--", *flags, env=env, timeout=300)
-    assert results.read_text().count("\tok") == 2, results.read_text()
+    projects = [ddp, fsdp, *layerwise]
+    run(*TORCHRUN, PROBE, RUNNER, results, *projects, "--", *flags, env=env, timeout=300)
+    assert results.read_text().count("\tok") == 6, results.read_text()
 
     for rank in (0, 1):
         norms = [[e["value"] for e in probes(probe, p.name, rank, "norm")] for p in twins]
@@ -191,6 +198,15 @@ def test_fsdp_trains_as_ddp_with_half_the_state_per_process(twins, tmp_path):
     for name, tensor in ddp_weights.items():
         torch.testing.assert_close(fsdp_weights[f"model.{name}"], tensor, rtol=1e-5, atol=1e-6)
     assert not torch.equal(fsdp_weights["model.net.1.weight"], ddp_weights["net.1.weight"] * 0)
+    for ddp_project, fsdp_project in zip(layerwise[::2], layerwise[1::2], strict=True):
+        (ddp_row,), (fsdp_row,) = (
+            read_metrics(p / "runs/ddp") for p in (ddp_project, fsdp_project)
+        )
+        assert fsdp_row["train_loss"] == pytest.approx(ddp_row["train_loss"], rel=1e-5)
+        ddp_weights = torch.load(ddp_project / "runs/ddp/last.pt", weights_only=True)["model"]
+        fsdp_weights = shards_of(fsdp_project / "runs/ddp/last.pt")
+        for name, tensor in ddp_weights.items():
+            torch.testing.assert_close(fsdp_weights[f"model.{name}"], tensor, rtol=1e-5, atol=1e-6)
 
 
 def test_models_built_on_meta_and_sharded_start_as_built_whole(twins):

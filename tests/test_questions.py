@@ -119,12 +119,6 @@ FSDP_REFUSED = {
         "amp fp16 with distributed fsdp is not supported: its loss scaling would need a "
         "GradScaler over sharded gradients; choose bf16, which needs none",
     ),
-    "lamb": (
-        {"optimizer": "lamb"},
-        "optimizer lamb with distributed fsdp is not supported: its trust ratio needs the "
-        "norm of each whole weight, and each process holds a shard of it",
-    ),
-    "lars": ({"optimizer": "lars"}, "optimizer lars with distributed fsdp is not supported"),
     "compile": (
         {"compile": True},
         "compile with distributed fsdp is not supported yet: compiling a sharded model is "
