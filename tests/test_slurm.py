@@ -103,27 +103,6 @@ def test_a_job_trains_then_a_preempted_one_requeues_and_resumes_bit_identically(
     assert without_speed(read_metrics(out)) == without_speed(read_metrics(reference))
 
 
-def test_a_preemption_of_every_process_of_the_job_step_requeues_it(cluster, project, tmp_path):
-    """A preemption as SLURM delivers it to job steps: SIGTERM to every process of the steps
-    (scancel --signal=TERM without --batch: the batch script is not told), loader workers
-    included. The run checkpoints at the signal, the job is requeued and resumes to the end."""
-    marker = tmp_path / "held"
-    out = "runs/step-signalled"
-    job = submit(cluster, project, out, "--workers", "1", HOLD_AT=f"5 {marker}")
-    deadline = time.monotonic() + 180
-    while not all(Path(f"{marker}.{rank}").exists() for rank in range(2)):
-        assert time.monotonic() < deadline, f"{cluster.state(job)}\n{cluster.logs()}"
-        time.sleep(0.2)
-    cluster.run("scancel", "--signal=TERM", str(job))
-    assert cluster.wait(job, timeout=300) == "COMPLETED", output(project, job)[-3000:]
-    log = output(project, job)
-    assert "SIGTERM: stopped at epoch 2, step 6" in log, log[-3000:]
-    assert f"resumed from {out}/last.pt: epoch 1, step 6" in log, log[-3000:]
-    assert "Traceback" not in log, log[-3000:]
-    assert cluster.job(job)["Restarts"] == "1"
-    assert [row["epoch"] for row in read_metrics(project / out)] == [1, 2, 3]
-
-
 def test_a_failing_rank_fails_the_job_without_requeueing_it(cluster, project):
     """Here one task whose torchrun starts the two processes (NPROC_PER_NODE, as on nodes
     without GPUs), the second of which fails."""
@@ -145,27 +124,31 @@ def fsdp_project(template, tmp_path_factory):
     return render(template, dest, distributed="fsdp", amp="off", extras=["preemption"])
 
 
-def test_the_fsdp_project_s_job_is_preempted_requeued_and_resumes_from_its_shards(
+def test_the_fsdp_project_s_job_preempted_in_every_process_requeues_from_its_shards(
     cluster, fsdp_project, tmp_path
 ):
-    """The FSDP project's scripts/slurm.sbatch as rendered: two srun tasks, two torchruns,
-    one sharded run of two processes. Held at step 6 and signalled there (SIGUSR1 to the
-    batch script), it writes its shards and last.pt, the job is requeued, resumes from them
-    and ends at epoch 3, step 12, its last.pt naming a whole folder of shards written by two
-    processes. (That a resume is bit-identical is shown with torchrun, tests/test_fsdp.py.)"""
+    """The FSDP project's scripts/slurm.sbatch as rendered (two srun tasks, two torchruns, one
+    sharded run of two processes) and a preemption as SLURM delivers it to job steps: SIGTERM
+    to every process of the steps (scancel --signal=TERM without --batch: the batch script is
+    not told), loader workers included. Held at step 6 and signalled there, the run writes
+    its shards and last.pt, the job is requeued, resumes from them and ends at epoch 3, step
+    12, its last.pt naming a whole folder of shards written by two processes. (That a resume
+    is bit-identical is shown with torchrun, tests/test_fsdp.py; DDP's job and SIGUSR1 to
+    the batch script, above.)"""
     marker = tmp_path / "held"
-    out = "runs/preempted"
-    job = submit(cluster, fsdp_project, out, HOLD_AT=f"5 {marker}")
+    out = "runs/step-signalled"
+    job = submit(cluster, fsdp_project, out, "--workers", "1", HOLD_AT=f"5 {marker}")
     deadline = time.monotonic() + 180
     while not all(Path(f"{marker}.{rank}").exists() for rank in range(2)):
         assert time.monotonic() < deadline, f"{cluster.state(job)}\n{cluster.logs()}"
         time.sleep(0.2)
-    cluster.run("scancel", "--signal=USR1", "--batch", str(job))
+    cluster.run("scancel", "--signal=TERM", str(job))
     assert cluster.wait(job, timeout=300) == "COMPLETED", output(fsdp_project, job)[-3000:]
     log = output(fsdp_project, job)
     assert "2 x cpu" in log and "x 2 processes" in log, log[-3000:]
-    assert "stopped at epoch 2, step 6" in log, log[-3000:]
+    assert "SIGTERM: stopped at epoch 2, step 6" in log, log[-3000:]
     assert f"resumed from {out}/last.pt: epoch 1, step 6" in log, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
     assert cluster.job(job)["Restarts"] == "1"
     assert final_states(cluster, job)[-1] == "COMPLETED"
     assert [row["epoch"] for row in read_metrics(fsdp_project / out)] == [1, 2, 3]
