@@ -71,18 +71,20 @@ COVER = [
 
 @pytest.fixture(scope="module")
 def fsdp_renders(template, tmp_path_factory):
-    """Every optimizer under both amp values, schedules and extras spread over them."""
+    """Every amp x optimizer x schedule that FSDP takes (as the DDP matrix renders them),
+    the data and the extras spread over them."""
     folder = tmp_path_factory.mktemp("fsdp-renders")
     projects = {}
-    for i, (optimizer, amp) in enumerate(itertools.product(OPTIMIZERS, ("off", "bf16"))):
+    combinations = itertools.product(("off", "bf16"), OPTIMIZERS, FSDP_SCHEDULERS)
+    for i, (amp, optimizer, scheduler) in enumerate(combinations):
         answers = dict(
             optimizer=optimizer,
             amp=amp,
-            scheduler=FSDP_SCHEDULERS[i % len(FSDP_SCHEDULERS)],
-            data=("images", "tensors")[i // 2 % 2],
-            extras=FSDP_EXTRAS[i % len(FSDP_EXTRAS)],
+            scheduler=scheduler,
+            data=("images", "tensors")[i % 2],
+            extras=FSDP_EXTRAS[i // 2 % len(FSDP_EXTRAS)],
         )
-        dest = folder / f"{optimizer}-{amp}"
+        dest = folder / f"{amp}-{optimizer}-{scheduler}"
         projects[dest] = answers
         render(template, dest, distributed="fsdp", batch_size=8, epochs=1, **answers)
     return projects
