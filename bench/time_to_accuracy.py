@@ -206,6 +206,7 @@ class Run:
     history: list[tuple[float, float]]  # (elapsed s, val acc %) after each epoch
     sweep_s: float = 0.0  # --lr auto's sweep
     lr: float | None = None  # the lr the sweep chose
+    batch: int | None = None  # the batch it trained at
 
     @property
     def seconds(self) -> float:
@@ -273,7 +274,22 @@ def rendered(project: common.Project, flags: list[str], epochs: int, out: Path) 
         if auto_lr is not None:
             project.train.auto_lr = auto_lr
     run.history = [(row["elapsed_s"], row["val_acc"]) for row in rows]
+    import torch
+
+    state = torch.load(out / "last.pt", map_location="cpu", weights_only=True)
+    run.batch = state["args"]["batch_size"]
     return run
+
+
+def defaults_batch(project: common.Project, flags: list[str], epochs: int) -> int:
+    """The batch train.py takes for `epochs` when --batch-size is not given."""
+    args = project.args(*flags, "--epochs", str(epochs))
+    short_run_batch = getattr(project.data, "short_run_batch", None)
+    if short_run_batch is None:  # a project without the short-run rule
+        return args.batch_size
+    items = len(project.train.build_dataset(args)[0])
+    with common.silenced():
+        return short_run_batch(items, args)
 
 
 def fitting_epochs(calibration: Run, budget: float) -> int:
@@ -330,7 +346,7 @@ def main(argv: list[str] | None = None) -> str:
     header = [
         "task",
         "run",
-        "epochs",
+        "epochs, batch",
         "wall s, median (max)",
         "naive / run time, median (min)",
         "final val acc %, mean (min)",
@@ -393,12 +409,13 @@ def measure_task(projects: Projects, task: Task, out: Path, device, seeds: int, 
         naive_runs.append(Run(history))
         common.log(f"  {task.label} seed {seed} naive: {by_epoch(history)}")
 
-    def run_variant(v: int, seed: int, count: int) -> Run:
+    def run_variant(v: int, seed: int, count: int, batch: int | None = None) -> Run:
         project = projects.get(task.data, v == 1, task)
         flags = [*data_flags, "--seed", str(seed)] + (["--lr", "auto"] if v == 1 else [])
+        flags += [] if batch is None else ["--batch-size", str(batch)]
         run = rendered(project, flags, count, out / f"{v}-{seed}")
         common.log(
-            f"  {task.label} seed {seed} {VARIANTS[v]}, {count} epochs"
+            f"  {task.label} seed {seed} {VARIANTS[v]}, {count} epochs, batch {run.batch}"
             + (f" (sweep {run.sweep_s:.1f}s, lr {run.lr:.3g})" if v == 1 else "")
             + f": {by_epoch(run.history)}"
         )
@@ -407,8 +424,16 @@ def measure_task(projects: Projects, task: Task, out: Path, device, seeds: int, 
     run_naive(0)
     budget = naive_runs[0].seconds / SHARE
     for v in (0, 1):
-        calibration = run_variant(v, 0, CALIBRATION_EPOCHS)
-        epochs.append(fitting_epochs(calibration, budget))
+        # Calibrated at the batch the defaults take for the epochs found (a short run takes a
+        # smaller one, whose epochs cost another time): again while the two differ.
+        project = projects.get(task.data, v == 1, task)
+        batch = defaults_batch(project, data_flags, CALIBRATION_EPOCHS)
+        for _ in range(3):
+            count = fitting_epochs(run_variant(v, 0, CALIBRATION_EPOCHS, batch), budget)
+            if defaults_batch(project, data_flags, count) == batch:
+                break
+            batch = defaults_batch(project, data_flags, count)
+        epochs.append(count)
     common.log(f"  {task.label}: budget {budget:.1f}s, epochs {epochs}")
     for seed in range(seeds):
         if seed > 0 and seed % 2 == 0:
@@ -444,7 +469,7 @@ def table_rows(task: Task, entry: dict) -> list[list[str]]:
         [
             task.label,
             "naive (the target)",
-            str(task.epochs),
+            f"{task.epochs}, batch 32",
             f"{statistics.median(seconds):.1f} ({max(seconds):.1f})",
             "1",
             f"{statistics.fmean(finals):.2f} ({min(finals):.2f})",
@@ -466,7 +491,7 @@ def table_rows(task: Task, entry: dict) -> list[list[str]]:
             [
                 "",
                 variant,
-                str(entry["epochs"][v]),
+                f"{entry['epochs'][v]}, batch {'/'.join(sorted({str(r.batch) for r in runs}))}",
                 wall,
                 f"{statistics.median(ratios):.2f} ({min(ratios):.2f})",
                 f"{statistics.fmean(finals):.2f} ({min(finals):.2f})",

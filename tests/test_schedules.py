@@ -8,6 +8,7 @@ optimizer step k (counted from 0) uses.
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 import shutil
@@ -572,3 +573,61 @@ def test_a_learning_rate_far_off_is_named_once_with_the_flag_to_try(
     assert read == []
     assert " looks too " not in capsys.readouterr().out
     assert len(read_metrics(tmp_path / "low")) == 3
+
+
+# The batch of a short run (data.py's short_run_batch): with --batch-size not given, the
+# answer's batch is halved, down to the larger of 32 and a quarter of it, while --epochs would
+# take fewer than 200 optimizer steps. Optimizer steps of 1500 items: at 128, 11 batches an
+# epoch; at 64, 23; at 32, 46.
+@pytest.mark.parametrize(
+    ("answer", "items", "epochs", "accum_steps", "expected"),
+    [
+        (128, 1500, 19, 1, 128),  # 19 x 11 = 209 steps
+        (128, 1500, 18, 1, 64),  # 18 x 11 = 198; 18 x 23 = 414
+        (128, 1500, 9, 1, 64),  # 9 x 23 = 207
+        (128, 1500, 8, 1, 32),  # 8 x 23 = 184; 8 x 46 = 368
+        (128, 1500, 1, 1, 32),  # a quarter of 128 at the least: 46 steps
+        (128, 1500, 5, 2, 32),  # windows of 2: 5 x 6 = 30, 5 x 12 = 60, 5 x 23 = 115
+        (128, 1500, 34, 2, 128),  # 11 batches make 6 windows (the last is short): 34 x 6 = 204
+        (128, 1500, 33, 2, 64),  # 33 x 6 = 198; 33 x 12 = 396
+        (128, 200_000, 1, 1, 128),  # 1562 steps
+        (64, 1500, 1, 1, 32),  # 32 at the least, not a quarter of 64
+        (512, 1500, 1, 1, 128),  # a quarter of 512 at the least
+    ],
+)
+def test_a_short_run_halves_the_default_batch(
+    without_finders, answer, items, epochs, accum_steps, expected, capsys, monkeypatch
+):
+    with inside(without_finders):
+        from proj import data
+
+        monkeypatch.setattr(data, "BATCH_SIZE", answer)
+        args = argparse.Namespace(epochs=epochs, accum_steps=accum_steps)
+        assert data.short_run_batch(items, args) == expected
+    said = capsys.readouterr().out
+    if expected == answer:
+        assert said == ""
+    else:
+        steps = epochs * math.ceil(items // answer / accum_steps)
+        assert said == (
+            f"batch {expected}, not {answer}: {epochs} epochs of {items} items are {steps} "
+            f"optimizer steps at {answer}, {epochs * math.ceil(items // expected / accum_steps)} "
+            f"at {expected}; --batch-size {answer} keeps {answer}\n"
+        )
+
+
+def test_a_short_run_trains_at_the_smaller_batch_and_its_resume_keeps_it(
+    without_finders, tmp_path, capsys
+):
+    """5 epochs of 1500 items: batch 32 (230 steps). Resumed to 19 epochs, where a new run
+    would take 128, the run goes on at 32: 19 x 46 steps in all."""
+    flags = ["--synthetic-size", "1500", "--image-size", "8", "--model", "mlp", "--workers", "0"]
+    train(without_finders, *flags, "--epochs", "5", "--out-dir", str(tmp_path))
+    said = capsys.readouterr().out
+    assert "batch 32, not 128: 5 epochs of 1500 items are 55 optimizer steps" in said
+    state = torch.load(tmp_path / "last.pt", map_location="cpu", weights_only=True)
+    assert (state["args"]["batch_size"], state["progress"]["step"]) == (32, 5 * 46)
+    train(without_finders, *flags, "--epochs", "19", "--out-dir", str(tmp_path))
+    state = torch.load(tmp_path / "last.pt", map_location="cpu", weights_only=True)
+    assert (state["args"]["batch_size"], state["progress"]["step"]) == (32, 19 * 46)
+    assert "not 128" not in capsys.readouterr().out
