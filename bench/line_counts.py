@@ -57,14 +57,14 @@ BUDGETS = {
 # logger.py). Fused SGD's momentum zeroing only where a step can be skipped: 8 fewer.
 # Issue 30's speed report, an extra and so in everything alone: speed.py (498 lines) and its
 # flags in train.py (28).
-# Issue 27's batch of a short run (data.py's short_run_batch and its constants, 25 lines;
+# Issue 27's batch of a short run (data.py's short_run_batch and its constants, 26 lines;
 # 11 in train.py, 8 of them the import it makes wrap), where the answer is 64 or more.
 # The README's "Line budgets" says what the lines above the budgets are for.
 CEILINGS = {
     "examples/cpu-minimal.yml": (1659, 331),
     "examples/cpu-minimal.yml with data: tensors": (1465, 321),
     "defaults": (1758, None),
-    "everything (ddp, fp16, lamb, onecycle, every extra)": (3265, None),
+    "everything (ddp, fp16, lamb, onecycle, every extra)": (3266, None),
 }
 
 

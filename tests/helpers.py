@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import functools
+import io
 import os
 import runpy
 import shutil
@@ -183,6 +184,21 @@ def train(project: Path, *flags: str) -> list[dict]:
         sys.argv = ["train.py", "--out-dir", str(out_dir), *flags]
         runpy.run_path("train.py", run_name="__main__")
     return read_metrics(out_dir)
+
+
+def script_exit(project: Path, *flags) -> tuple[int | str | None, str]:
+    """Run the project's train.py as a script in this process until it ends, as `python
+    train.py FLAGS` would (its `__main__` block included, without a new interpreter): return
+    what it exits with (sys.exit's argument: a message exits with status 1) and what it wrote
+    to stderr meanwhile."""
+    stderr = io.StringIO()
+    with inside(project), contextlib.redirect_stderr(stderr):
+        sys.argv = ["train.py", *map(str, flags)]
+        try:
+            runpy.run_path("train.py", run_name="__main__")
+        except SystemExit as exit:
+            return exit.code, stderr.getvalue()
+    return 0, stderr.getvalue()
 
 
 def read_metrics(out_dir: Path) -> list[dict]:

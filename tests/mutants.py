@@ -548,10 +548,9 @@ MUTANTS = [
         "resume-without-random-state",
         "exact resume: the random state",
         CHECKPOINT,
-        '    set_rng_state(own["rng"])\n',
+        '    set_rng_state(checkpoint["rng"])\n',
         "",
         ("tests/test_resume.py", "-k", "dropout"),
-        occurrences=2,  # single process, and DDP
     ),
     Mutant(
         "resume-restarts-the-epoch",

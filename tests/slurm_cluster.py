@@ -122,7 +122,9 @@ class Cluster:
         node_line = self.run("slurmd", "-C").stdout.splitlines()[0]
         node_line = re.sub(r" (RealMemory|UpTime)=\S*", "", node_line)  # memory: not scheduled
         ports = {"ctld_port": _free_port(), "slurmd_port": _free_port()}
-        first_job_id = random.randrange(1, 1_000_000)
+        # From the system's randomness: the random module's state is whatever the test
+        # process's in-process training seeded it to, the same in every xdist worker.
+        first_job_id = random.SystemRandom().randrange(1, 1_000_000)
         conf = CONF.format(
             dir=self.dir, node=self.node, node_line=node_line, first_job_id=first_job_id, **ports
         )

@@ -41,7 +41,7 @@ OTHER_ANSWERS = {
     ),
     "data": ("images", "images", "tensors", "images", "tensors"),
     "workers": (0, 2, 1),
-    "batch_size": (16, 24),
+    "batch_size": (16, 128, 24, 64),  # from 64 up, with the rule of a short run
     "channels_last": (False, True),
     "label_smoothing": (0.0, 0.1),
     "epochs": (1, 2),

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from tests.helpers import TINY_RUN, inside, read_metrics, render, run, train
+from tests.helpers import TINY_RUN, inside, read_metrics, render, run, script_exit, train
 
 PY = sys.executable
 
@@ -284,39 +284,18 @@ def bad_checkpoints(checkpoint, folder):
 
 
 def test_bad_checkpoints_get_one_line_naming_the_file(project, checkpoint, tmp_path):
-    for name, problem in bad_checkpoints(checkpoint, tmp_path).items():
-        path = tmp_path / name
-        result = run(
-            PY,
-            "train.py",
-            *TINY_RUN,
-            "--resume",
-            path,
-            "--out-dir",
-            tmp_path / "o",
-            cwd=project,
-            check=False,
-        )
-        assert result.returncode == 1, name
-        lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith(f"error: {path}: {problem}"), lines
+    """train.py run as a script (in this process: the same `__main__` block) exits with one
+    line naming the file, and writes nothing else to stderr: no traceback."""
+    cases = bad_checkpoints(checkpoint, tmp_path)
+    cases = {tmp_path / name: problem for name, problem in cases.items()}
     # A checkpoint of another model.
-    result = run(
-        PY,
-        "train.py",
-        *TINY_RUN,
-        "--model",
-        "mlp",
-        "--resume",
-        checkpoint,
-        "--out-dir",
-        tmp_path / "o",
-        cwd=project,
-        check=False,
-    )
-    assert result.returncode == 1
-    assert result.stderr.startswith(f"error: {checkpoint}: weights do not fit --model mlp")
-    assert len(result.stderr.strip().splitlines()) == 1
+    cases[checkpoint] = "weights do not fit --model mlp"
+    for path, problem in cases.items():
+        model = ["--model", "mlp"] if path == checkpoint else []
+        flags = [*TINY_RUN, *model, "--resume", path, "--out-dir", tmp_path / "o"]
+        code, stderr = script_exit(project, *flags)
+        assert isinstance(code, str) and stderr == "", (path, code, stderr)
+        assert len(code.splitlines()) == 1 and code.startswith(f"error: {path}: {problem}"), code
 
 
 def resume(project, checkpoint, out, *flags: str) -> None:
