@@ -1315,8 +1315,8 @@ MUTANTS = [
         "validation-batches-as-small-as-training",
         "validation batches twice the training batch (no gradients to hold)",
         DATA,
-        "val_loader = DataLoader(val_set, args.batch_size * 2, sampler=val_sampler, **options)",
-        "val_loader = DataLoader(val_set, args.batch_size, sampler=val_sampler, **options)",
+        "val_loader = DataLoader(val_set, args.batch_size * 2{% if torchrun %}",
+        "val_loader = DataLoader(val_set, args.batch_size{% if torchrun %}",
         ("tests/test_loading.py", "-k", "pins"),
     ),
     Mutant(
@@ -1541,8 +1541,8 @@ MUTANTS = [
         "in-memory-validation-starves-training",
         "in memory: a validation set in memory leaves the training loader its workers",
         DATA,
-        "sampler=val_sampler, **val_options)",
-        "sampler=val_sampler, **(options := val_options))",
+        "{% endif %}**val_options)",
+        "{% endif %}**(options := val_options))",
         ("tests/test_in_memory.py", "-k", "loader_paths"),
     ),
     Mutant(
