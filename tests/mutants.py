@@ -1312,6 +1312,14 @@ MUTANTS = [
         ("tests/test_loading.py", "-k", "pins"),
     ),
     Mutant(
+        "tqdm-monitor-thread-at-fork",
+        "no thread starts as the loaders fork their workers (a fork then can hang a worker)",
+        TRAIN,
+        "tqdm.monitor_interval = 0\n",
+        "",
+        ("tests/test_loading.py", "-k", "tqdm"),
+    ),
+    Mutant(
         "validation-batches-as-small-as-training",
         "validation batches twice the training batch (no gradients to hold)",
         DATA,

@@ -10,12 +10,13 @@ import argparse
 import importlib
 import os
 import sys
+import threading
 import unittest.mock
 
 import pytest
 import torch
 
-from tests.helpers import inside, render, run
+from tests.helpers import inside, render, run, train
 
 
 @pytest.fixture(scope="module")
@@ -160,3 +161,26 @@ def test_only_deterministic_runs_import_the_compiler_at_start(template, tmp_path
     )
     out = run(sys.executable, "-c", code, cwd=project).stdout.split()
     assert out == [str(deterministic)]
+
+
+def test_no_tqdm_thread_starts_as_the_loaders_fork_their_workers(project, tmp_path):
+    """A thread that starts or ends just as a process forks can leave the child hung in the
+    fork (CPython's runtime locks). A tqdm bar starts a monitor thread unless told not to,
+    right before its epoch's loader forks its workers, and the thread ends within seconds
+    once no bar is left: a resumed DDP run with loader workers once hung so. At each fork of
+    a run with loader workers, no tqdm thread is alive."""
+    at_forks = []
+    watching = [True]  # register_at_fork cannot be undone: the hook outlives the test
+
+    def record():
+        if watching:
+            at_forks.append(sorted(t.name for t in threading.enumerate() if "tqdm" in t.name))
+
+    os.register_at_fork(before=record)
+    try:
+        flags = ["--synthetic-size", "64", "--image-size", "8", "--batch-size", "16"]
+        flags += ["--data-on-device", "off", "--workers", "2", "--epochs", "2"]
+        train(project, *flags, "--out-dir", str(tmp_path))
+    finally:
+        watching.clear()
+    assert at_forks == [[]] * 4  # two workers of the training loader, two of validation's
