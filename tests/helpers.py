@@ -207,7 +207,9 @@ def read_metrics(out_dir: Path) -> list[dict]:
 
 
 def run(*cmd, cwd=None, check=True, **kwargs) -> subprocess.CompletedProcess:
-    """Run a command; on failure show its output in the test report."""
+    """Run a command; on failure show its output in the test report. A command that hangs
+    fails its test after 10 minutes (the longest takes about 1) instead of stalling the suite."""
+    kwargs.setdefault("timeout", 600)
     result = subprocess.run(
         [str(c) for c in cmd], cwd=cwd, capture_output=True, text=True, **kwargs
     )
