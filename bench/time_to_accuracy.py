@@ -33,7 +33,9 @@ time is the budget. Then each variant is calibrated by a 2-epoch run (with `--lr
 the finders variant): the time of its first epoch, of each epoch after it and of its sweep.
 Its epochs are the most whose predicted time (sweep, first epoch, the rest) fits in 95 % of
 the budget (at least 1); the same epochs then run on every seed, and the table reports the
-time each run actually took.
+time each run actually took. A short run takes a smaller batch (data.py's short_run_batch),
+whose epochs cost another time: the calibration runs at the batch the defaults take for
+the epochs it finds, again until the two agree (3 tries at most).
 
 How it is made fair:
   - Both are evaluated on the same validation set, built by the project's build_dataset,
