@@ -1451,7 +1451,7 @@ MUTANTS = [
         "guard-count-not-resumed",
         "nonfinite_steps: a resumed epoch counts the steps skipped before the checkpoint",
         CHECKPOINT,
-        '    if "guard" in own:',
+        '    if "guard" in checkpoint:',
         "    if False:",
         ("tests/test_robustness.py", "-k", "counts_the_bad_steps"),
     ),
