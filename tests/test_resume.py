@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from tests.helpers import WITH_EMA, inside, read_metrics, render, run
+from tests.helpers import WITH_EMA, inside, read_metrics, render, run, script_exit
 
 PY = sys.executable
 PAUSE_AT = str(Path(__file__).with_name("pause_at.py"))
@@ -358,13 +358,20 @@ def test_a_part_way_epoch_resumes_only_with_its_batch_size(project, tmp_path):
     assert "resumed from" in resumed.stdout
     # The run goes on in b, with its history.
     assert [row["epoch"] for row in read_metrics(tmp_path / "b")] == [1, 2]
-    # A checkpoint as v0.6.0 wrote it resumes part-way through the epoch with its batch size.
+    # A checkpoint as v0.6.0 wrote it (format 1) is refused in one line; its weights load.
     torch.save(as_format_1(state), tmp_path / "older.pt")
     more[more.index(tmp_path / "b")] = tmp_path / "c"
-    more[-1] = "16"
-    run(PY, "train.py", *RUN, *more, "--resume", tmp_path / "older.pt", cwd=project)
+    older = [*RUN, *more, "--resume", tmp_path / "older.pt", "--out-dir", tmp_path / "d"]
+    code, stderr = script_exit(project, *older)  # it holds d's lock until the test ends
+    assert (code, stderr) == (
+        f"error: {tmp_path / 'older.pt'}: written by v0.6.0 or earlier, whose runs this release "
+        f"cannot resume: start from its weights with --init-weights {tmp_path / 'older.pt'} "
+        "--fresh",
+        "",
+    )
+    run(PY, "train.py", *RUN, *more, "--init-weights", tmp_path / "older.pt", cwd=project)
     rows = read_metrics(tmp_path / "c")
-    assert [row["epoch"] for row in rows] == [2] and math.isfinite(rows[0]["train_loss"])
+    assert [row["epoch"] for row in rows] == [1, 2] and math.isfinite(rows[0]["train_loss"])
 
 
 def as_format_1(state: dict) -> dict:
@@ -385,38 +392,6 @@ def as_format_1(state: dict) -> dict:
     old["progress"] = {**progress, "best_acc": progress.pop("best")}
     old["batch_layout"] = [images, 1]
     return old
-
-
-def test_checkpoints_of_format_1_are_upgraded(project):
-    """v0.6.0's DDP checkpoints: each process's random state in the list `rng`, its sums in
-    `process_meters`; v0.5.0's had no process_meters (every process took rank 0's sums)."""
-    with inside(project):
-        from proj.checkpoint import FORMAT, upgrade
-
-    def meter(value):
-        names = ("loss", "finite", "bad_steps")
-        # One batch more seen than finite: its non-finite loss was not summed.
-        return {**{name: torch.tensor(16.0 * value) for name in names}, "seen": 16.0 * value + 16}
-
-    pending = {"losses": [(torch.tensor(2.0), 16)], "bad": [torch.tensor(0.0)]}
-    shares = [{"meter": meter(i), "pending": pending} for i in (1, 2)]
-    progress = {"epoch": 1, "batch": 3, "step": 9, "best_acc": 12.5}
-    v060 = {"model": {}, "meter": meter(1), "pending": pending, "rng": ["r0", "r1"]}
-    v060.update(progress=progress, args={"batch_size": 16}, batch_layout=[16, 2])
-    upgraded = upgrade({**v060, "process_meters": shares})
-    assert upgraded["format"] == FORMAT and upgraded["classes"] is None
-    assert upgraded["progress"] == {"epoch": 1, "batch": 3, "step": 9, "best": 12.5}
-    assert upgraded["rng"] == "r0" and upgraded["sums"]["totals"].tolist() == [1.0, 1.0]
-    assert [p["rng"] for p in upgraded["processes"]] == ["r0", "r1"]
-    assert [p["sums"]["totals"].tolist() for p in upgraded["processes"]] == [[1, 1], [2, 2]]
-    assert upgraded["processes"][1]["sums"]["pending"] == [torch.tensor(2.0)]
-    assert upgraded["processes"][1]["guard"]["bad_steps"] == 32.0
-    for key in ("meter", "pending", "process_meters", "batch_layout"):
-        assert key not in upgraded
-    v050 = upgrade(dict(v060))
-    assert [p["sums"]["totals"].tolist() for p in v050["processes"]] == [[1, 1], [1, 1]]
-    current = {"format": FORMAT, "model": {}, "rng": "r"}
-    assert upgrade(dict(current)) == current
 
 
 def test_an_average_missing_from_the_checkpoint_starts_from_the_loaded_weights(
