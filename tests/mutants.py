@@ -103,6 +103,14 @@ MUTANTS = [
         ("tests/test_schedules.py", "-k", "short_run"),
     ),
     Mutant(
+        "short-run-counts-every-process-items",
+        "the batch of a short run: under DDP, a process's steps count its share of the data",
+        TRAIN,
+        "{% if torchrun %} // world_size{% endif %}",
+        "",
+        ("tests/test_ddp.py", "-k", "short_run"),
+    ),
+    Mutant(
         "1cycle-fixed-pct-start",
         "1cycle: the warm-up share of the cycle",
         SCHEDULE,

@@ -104,6 +104,18 @@ def test_ddp_project_runs_as_one_process(ddp_project, tmp_path):
     assert len(read_metrics(tmp_path)) == 1
 
 
+
+def test_a_short_run_counts_the_optimizer_steps_of_a_process_share(ddp_project, tmp_path):
+    """Without --batch-size the batch of a short run is chosen from each process's steps: 10
+    epochs of 1500 items on 2 processes are 10 x 5 steps at 128 (750 items each), 10 x 11 at
+    64 and 10 x 23 at 32. Counted over all 1500 items, 64 would do (10 x 23 = 230 steps)."""
+    flags = [*QUICK[: QUICK.index("--batch-size")], "--model", "mlp", "--synthetic-size", "1500"]
+    result = torchrun(ddp_project, *flags, "--epochs", "10", "--out-dir", tmp_path)
+    said = "batch 32, not 128: 10 epochs of 750 items are 50 optimizer steps at 128, 230 at 32"
+    assert result.stdout.count(said) == 1, result.stdout
+    state = torch.load(tmp_path / "last.pt", weights_only=True)
+    assert (state["args"]["batch_size"], state["progress"]["step"]) == (32, 10 * 23)
+
 SAVES_LOGGED = """\
 import os, runpy, sys
 sys.path.insert(0, os.getcwd())
