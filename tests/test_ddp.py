@@ -104,7 +104,6 @@ def test_ddp_project_runs_as_one_process(ddp_project, tmp_path):
     assert len(read_metrics(tmp_path)) == 1
 
 
-
 def test_a_short_run_counts_the_optimizer_steps_of_a_process_share(ddp_project, tmp_path):
     """Without --batch-size the batch of a short run is chosen from each process's steps: 10
     epochs of 1500 items on 2 processes are 10 x 5 steps at 128 (750 items each), 10 x 11 at
@@ -115,6 +114,7 @@ def test_a_short_run_counts_the_optimizer_steps_of_a_process_share(ddp_project, 
     assert result.stdout.count(said) == 1, result.stdout
     state = torch.load(tmp_path / "last.pt", weights_only=True)
     assert (state["args"]["batch_size"], state["progress"]["step"]) == (32, 10 * 23)
+
 
 SAVES_LOGGED = """\
 import os, runpy, sys
