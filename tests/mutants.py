@@ -691,6 +691,22 @@ MUTANTS = [
         ("tests/test_gitignore.py",),
     ),
     Mutant(
+        "update-drops-answers-fsdp-does-not-take",
+        "an update to FSDP refuses the earlier answers FSDP does not take, not drops them",
+        "copier.yml",
+        "'fsdp'] %}distributed must be one of: single, ddp, fsdp{% elif fixes %}",
+        "'fsdp'] %}distributed must be one of: single, ddp, fsdp{% elif false %}",
+        ("tests/test_update.py", "-k", "contradict"),
+    ),
+    Mutant(
+        "update-drops-device-data-for-tensors",
+        "an update to data tensors refuses the device_data extra, not drops the extras",
+        "copier.yml",
+        "== 'tensors' and 'extras' not in _copier_conf.data",
+        "== 'tensors' and false and 'extras' not in _copier_conf.data",
+        ("tests/test_update.py", "-k", "contradict"),
+    ),
+    Mutant(
         "conflict-check-misses-markers",
         "update: conflict markers are found by the project's check",
         "template/tests/test_no_conflicts.py",

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from copier.errors import TaskError
 
 from tests.helpers import (
@@ -113,6 +114,41 @@ def test_changing_an_answer_rerenders_and_keeps_edits(template_repo, tmp_path):
     assert "default=42," in (project / "train.py").read_text()
     assert "optimizer: lamb" in (project / ".copier-answers.yml").read_text()
 
+
+
+def test_an_update_refuses_a_new_answer_that_earlier_ones_contradict(template_repo, tmp_path):
+    """Copier drops an earlier answer that a new one makes invalid and, with --defaults, puts
+    the question's default in its place: moving to FSDP would silently lose fp16 and the ema
+    extra. The update is refused instead, naming the answers to give with it, and the
+    project stays as it was; given with them, it goes through."""
+    extras = ["preemption", "device_data", "ema"]
+    project = render_old(template_repo, tmp_path / "p", amp="fp16", extras=extras)
+    answers = (project / ".copier-answers.yml").read_text()
+    refusals = {
+        "distributed": (
+            {"distributed": "fsdp"},
+            "distributed fsdp does not take the project's amp fp16, extras device_data, ema "
+            "yet; answer anew in the same command: -d amp=bf16 -d 'extras=[\"preemption\"]'",
+        ),
+        "data": (
+            {"data": "tensors"},
+            "data tensors: the project's extra device_data needs data images; answer extras "
+            "anew in the same command: -d 'extras=[\"preemption\", \"ema\"]'",
+        ),
+    }
+    for question, (new, message) in refusals.items():
+        with pytest.raises(ValueError) as refused:
+            update(project, **new)
+        assert str(refused.value) == f"Validation error for question '{question}': {message}"
+        assert (project / ".copier-answers.yml").read_text() == answers
+        assert git(project, "status", "--porcelain") == ""
+    update(project, distributed="fsdp", amp="bf16", extras=["preemption"])
+    recorded = yaml.safe_load((project / ".copier-answers.yml").read_text())
+    assert (recorded["distributed"], recorded["amp"], recorded["extras"]) == (
+        "fsdp",
+        "bf16",
+        ["preemption"],
+    )
 
 def test_update_refuses_a_dirty_project_and_touches_nothing(template_repo, tmp_path):
     project = render_old(template_repo, tmp_path / "p")
