@@ -139,6 +139,8 @@ def keep_edits() -> None:
     if not removed and not left:
         return
     rename = (old_package, new_package) if renamed else None
+    tree = git("ls-tree", "-r", "-z", "HEAD", "--", ".").stdout.split("\0")
+    executable = {entry.split("\t", 1)[1] for entry in tree if entry.startswith("100755 ")}
     with tempfile.TemporaryDirectory() as folder:
         before = render_old_release(Path(folder, "before"), old_answers)
         base = before
@@ -157,6 +159,8 @@ def keep_edits() -> None:
             else:
                 yours = Path(path).read_bytes()
             carry(path, target, yours, before, base, rename)
+            if path in executable and os.path.isfile(target):  # as the user's file was
+                Path(target).chmod(Path(target).stat().st_mode | 0o111)
         if renamed:  # what the user deleted from the old package stays deleted in the new
             kept = set(listed.split("\0"))
             for file in sorted((before / old_package).rglob("*")):

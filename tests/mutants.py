@@ -707,6 +707,14 @@ MUTANTS = [
         ("tests/test_update.py", "-k", "contradict"),
     ),
     Mutant(
+        "kept-script-loses-its-executable-bit",
+        "update: a file kept for the user's edits keeps its mode",
+        "hooks/migrate.py",
+        "Path(target).chmod(Path(target).stat().st_mode | 0o111)",
+        "pass",
+        ("tests/test_update.py", "-k", "executable"),
+    ),
+    Mutant(
         "conflict-check-misses-markers",
         "update: conflict markers are found by the project's check",
         "template/tests/test_no_conflicts.py",

@@ -274,6 +274,19 @@ def test_an_edited_file_that_the_update_drops_is_kept(template_repo, tmp_path, c
     ) in capfd.readouterr().err.splitlines()
 
 
+
+def test_a_kept_script_stays_executable(template_repo, tmp_path):
+    """An edited launch script that an update drops (DDP answered single) is kept as the user
+    had it: its text and its executable bit."""
+    project = render_old(template_repo, tmp_path / "p", distributed="ddp")
+    launch = project / "scripts/launch.sh"
+    assert launch.stat().st_mode & 0o111
+    launch.write_text(launch.read_text() + "# our cluster's module loads\n")
+    commit_all(project, "our launch")
+    update(project, distributed="single")
+    assert launch.read_text().endswith("# our cluster's module loads\n")
+    assert launch.stat().st_mode & 0o777 == 0o755
+
 def test_an_interrupted_update_leaves_the_project_as_it_was(template_repo, tmp_path):
     """Ctrl-C while `copier update` (the real command) merges: the new release is already
     written over the files, the user's committed edits are not back yet. A `git` that
