@@ -115,7 +115,6 @@ def test_changing_an_answer_rerenders_and_keeps_edits(template_repo, tmp_path):
     assert "optimizer: lamb" in (project / ".copier-answers.yml").read_text()
 
 
-
 def test_an_update_refuses_a_new_answer_that_earlier_ones_contradict(template_repo, tmp_path):
     """Copier drops an earlier answer that a new one makes invalid and, with --defaults, puts
     the question's default in its place: moving to FSDP would silently lose fp16 and the ema
@@ -133,7 +132,7 @@ def test_an_update_refuses_a_new_answer_that_earlier_ones_contradict(template_re
         "data": (
             {"data": "tensors"},
             "data tensors: the project's extra device_data needs data images; answer extras "
-            "anew in the same command: -d 'extras=[\"preemption\", \"ema\"]'",
+            'anew in the same command: -d \'extras=["preemption", "ema"]\'',
         ),
     }
     for question, (new, message) in refusals.items():
@@ -149,6 +148,7 @@ def test_an_update_refuses_a_new_answer_that_earlier_ones_contradict(template_re
         "bf16",
         ["preemption"],
     )
+
 
 def test_update_refuses_a_dirty_project_and_touches_nothing(template_repo, tmp_path):
     project = render_old(template_repo, tmp_path / "p")
@@ -274,7 +274,6 @@ def test_an_edited_file_that_the_update_drops_is_kept(template_repo, tmp_path, c
     ) in capfd.readouterr().err.splitlines()
 
 
-
 def test_a_kept_script_stays_executable(template_repo, tmp_path):
     """An edited launch script that an update drops (DDP answered single) is kept as the user
     had it: its text and its executable bit."""
@@ -286,6 +285,7 @@ def test_a_kept_script_stays_executable(template_repo, tmp_path):
     update(project, distributed="single")
     assert launch.read_text().endswith("# our cluster's module loads\n")
     assert launch.stat().st_mode & 0o777 == 0o755
+
 
 def test_an_interrupted_update_leaves_the_project_as_it_was(template_repo, tmp_path):
     """Ctrl-C while `copier update` (the real command) merges: the new release is already
