@@ -111,6 +111,14 @@ MUTANTS = [
         ("tests/test_ddp.py", "-k", "short_run"),
     ),
     Mutant(
+        "ddp-as-one-process-misreads-a-single-checkpoint",
+        "a DDP project run as one process resumes a single process's checkpoint",
+        CHECKPOINT,
+        "own = shares[rank()] if processes == process_count() else checkpoint",
+        'own = checkpoint["processes"][rank()] if processes == process_count() else checkpoint',
+        ("tests/test_ddp.py", "-k", "move_between"),
+    ),
+    Mutant(
         "1cycle-fixed-pct-start",
         "1cycle: the warm-up share of the cycle",
         SCHEDULE,
