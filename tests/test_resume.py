@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from tests.helpers import WITH_EMA, inside, read_metrics, render, run, script_exit
+from tests.helpers import WITH_EMA, inside, read_metrics, render, run, script_exit, train
 
 PY = sys.executable
 PAUSE_AT = str(Path(__file__).with_name("pause_at.py"))
@@ -229,6 +229,47 @@ def test_preemption_signal_checkpoints_and_exits_for_requeue(
     rows = read_metrics(out)
     assert carried < rows[0]["elapsed_s"] <= rows[1]["elapsed_s"] < carried + resumed_for
     assert all(row["samples_per_s"] > 0 for row in rows)  # both epochs trained some steps
+
+
+@pytest.mark.parametrize("count", ["TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"])
+def test_a_restarted_job_goes_on_from_its_own_checkpoint(
+    project, tmp_path, monkeypatch, capsys, count
+):
+    """torchrun's restarts and SLURM's requeues run a job's command again: with --fresh (or
+    --resume of another checkpoint) every restart would start over. A restarted job goes on
+    from its own last.pt; outside one, --fresh starts over as asked."""
+    out = tmp_path / "job"
+    flags = [*RUN, "--workers", "0", "--model", "mlp", "--fresh", "--out-dir", str(out)]
+    train(project, *flags, "--epochs", "1")  # the job's first start, stopped after epoch 1
+    monkeypatch.setenv(count, "1")
+    capsys.readouterr()
+    assert [row["epoch"] for row in train(project, *flags)] == [1, 2]
+    assert f"resumed from {out / 'last.pt'}: epoch 1, step 10\n" in capsys.readouterr().out
+    monkeypatch.setenv(count, "0")
+    assert [row["epoch"] for row in train(project, *flags, "--epochs", "1")] == [1]
+    assert "resumed from" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("given", "again"),
+    [
+        ({}, "run the same command"),
+        ({"fresh": True}, "run it again without --fresh"),
+        ({"resume": Path("other.pt")}, "run it again without --resume"),
+    ],
+)
+def test_a_preempted_run_says_how_to_resume(project, given, again):
+    with inside(project):
+        from proj.checkpoint import Progress
+        from proj.preemption import Preemption
+
+    args = argparse.Namespace(out_dir="out", save_every_minutes=0, fresh=False, resume=None)
+    preemption = Preemption(argparse.Namespace(**{**vars(args), **given}))
+    preemption.received = "SIGTERM"
+    stopped = preemption.stopped(Progress(epoch=2, step=30))
+    assert str(stopped) == (
+        f"SIGTERM: stopped at epoch 3, step 30; checkpoint saved in out: {again} to resume"
+    )
 
 
 @pytest.mark.slow

@@ -126,6 +126,13 @@ def pick_device(name: str) -> torch.device:
     return torch.device("cpu")
 
 
+def restarted_job() -> bool:
+    """Whether this process runs a job's command again: torchrun restarting it after a failure,
+    or SLURM after a requeue."""
+    counts = (os.environ.get(name) for name in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"))
+    return any(count not in (None, "", "0") for count in counts)
+
+
 def seed_everything(seed: int, deterministic: bool) -> None:
     random.seed(seed)
     torch.manual_seed(seed)  # also seeds every CUDA device
