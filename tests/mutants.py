@@ -130,8 +130,8 @@ MUTANTS = [
         "restart-count-of-slurm-ignored",
         "a SLURM requeue is a restarted job too",
         UTILS,
-        '("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")',
-        '("TORCHELASTIC_RESTART_COUNT",)',
+        'names = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")',
+        'names = ("TORCHELASTIC_RESTART_COUNT",)',
         ("tests/test_resume.py", "-k", "restarted_job"),
     ),
     Mutant(

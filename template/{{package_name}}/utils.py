@@ -129,8 +129,8 @@ def pick_device(name: str) -> torch.device:
 def restarted_job() -> bool:
     """Whether this process runs a job's command again: torchrun restarting it after a failure,
     or SLURM after a requeue."""
-    counts = (os.environ.get(name) for name in ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"))
-    return any(count not in (None, "", "0") for count in counts)
+    names = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")
+    return any(os.environ.get(name, "0") not in ("", "0") for name in names)
 
 
 def seed_everything(seed: int, deterministic: bool) -> None:
