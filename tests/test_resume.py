@@ -392,9 +392,18 @@ def test_a_part_way_epoch_resumes_only_with_its_batch_size(project, tmp_path):
     )
     assert refused.returncode == 1
     assert refused.stderr.strip().splitlines() == [
-        f"error: {tmp_path / 'part-way.pt'}: saved part-way through epoch 2 with batches of 16; "
-        "finish that epoch with --batch-size 16 (a checkpoint from the end of an epoch takes any)"
+        f"error: {tmp_path / 'part-way.pt'}: saved part-way through epoch 2 with batches of 16 "
+        "x 1 accumulation; finish that epoch with --batch-size 16 --accum-steps 1 (a checkpoint "
+        "from the end of an epoch takes any)"
     ]
+    # Other accumulation windows would make other optimizer steps of the rest of the epoch.
+    accumulated = [*RUN, "--model", "mlp", "--epochs", "2", "--accum-steps", "2"]
+    accumulated += ["--resume", tmp_path / "part-way.pt", "--out-dir", tmp_path / "e"]
+    code, _ = script_exit(project, *accumulated)
+    assert code.endswith(
+        "with batches of 16 x 1 accumulation; finish that epoch with "
+        "--batch-size 16 --accum-steps 1 (a checkpoint from the end of an epoch takes any)"
+    )
     resumed = run(PY, "train.py", *RUN, *more, "--resume", tmp_path / "a/last.pt", cwd=project)
     assert "resumed from" in resumed.stdout
     # The run goes on in b, with its history.
@@ -516,7 +525,9 @@ def test_a_second_ctrl_c_interrupts_at_once(project):
         with inside(project):
             from proj.preemption import Preemption
 
-            args = argparse.Namespace(out_dir="runs", save_every_minutes=0)
+            args = argparse.Namespace(
+                out_dir="runs", save_every_minutes=0, fresh=False, resume=None
+            )
             with Preemption(args) as stop:
                 # To this thread, which has run the handler when raise_signal returns.
                 signal.raise_signal(signal.SIGINT)

@@ -317,6 +317,11 @@ CHANGED_ON_RESUME = {
         "--weight-decay 0.0005 (given 0.01), --momentum 0.9 (given 0.5); to change them, "
         "start " + NEW_SCHEDULE,
     ),
+    "schedule flags": (
+        ["--warmup-epochs", "0.5", "--min-lr", "0.001"],
+        "--warmup-epochs 1.0 (given 0.5), --min-lr None (given 0.001); to change them, start "
+        + NEW_SCHEDULE,
+    ),
     "seed with a new schedule": (
         ["--seed", "7", "--lr", "0.1", "--epochs", "3", "--more-epochs", "restart"],
         "--seed 0 (given 7); to change it, start ",

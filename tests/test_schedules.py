@@ -575,6 +575,36 @@ def test_a_learning_rate_far_off_is_named_once_with_the_flag_to_try(
     assert len(read_metrics(tmp_path / "low")) == 3
 
 
+def test_a_resume_with_other_batches_goes_on_from_the_same_epoch_of_the_schedule(
+    without_finders, tmp_path
+):
+    """The schedule counts optimizer steps. A checkpoint from an epoch's end resumed with
+    another --batch-size (so other steps an epoch; so also --accum-steps and processes) goes
+    on from the same epoch of it, in this run's steps: the learning rates of the epochs after
+    are those of a run made at the new batch throughout."""
+    flags = ["--synthetic-size", "160", "--image-size", "8", "--model", "mlp", "--workers", "0"]
+    train(
+        without_finders,
+        *flags,
+        "--batch-size",
+        "16",
+        "--epochs",
+        "1",
+        "--out-dir",
+        str(tmp_path / "a"),
+    )
+    state = torch.load(tmp_path / "a/last.pt", weights_only=True)
+    state["progress"]["schedule_epochs"] = state["args"]["epochs"] = 3  # stopped after 1 of 3
+    torch.save(state, tmp_path / "a.pt")
+    at_8 = [*flags, "--batch-size", "8", "--epochs", "3"]
+    resumed = train(
+        without_finders, *at_8, "--resume", str(tmp_path / "a.pt"), "--out-dir", str(tmp_path / "b")
+    )
+    whole = train(without_finders, *at_8, "--out-dir", str(tmp_path / "c"))
+    assert [row["lr"] for row in resumed[1:]] == [row["lr"] for row in whole[1:]]
+    assert whole[1]["lr"] != whole[2]["lr"]
+
+
 # The batch of a short run (data.py's short_run_batch): with --batch-size not given, the
 # answer's batch is halved, down to the larger of 32 and a quarter of it, while --epochs would
 # take fewer than 200 optimizer steps. Optimizer steps of 1500 items: at 128, 11 batches an
