@@ -135,6 +135,14 @@ MUTANTS = [
         ("tests/test_schedules.py", "-k", "same_epoch_of_the_schedule"),
     ),
     Mutant(
+        "guard-limit-seen-only-at-host-syncs",
+        "guard: --max-bad-steps in a row stop the run before a save, between host syncs too",
+        CHECKPOINT,
+        "    parts.guard.before_save(args.max_bad_steps, path.parent)\n",
+        "",
+        ("tests/test_robustness.py", "-k", "non_finite_losses_stop"),
+    ),
+    Mutant(
         "part-way-resume-takes-other-accumulation",
         "a checkpoint from part-way through an epoch resumes only with its --accum-steps",
         CHECKPOINT,

@@ -431,12 +431,16 @@ def test_a_resumed_epoch_counts_the_bad_steps_saved_before(project, checkpoint, 
     assert [row["nonfinite_steps"] for row in read_metrics(tmp_path / "out")] == [0, 2]
 
 
-def test_non_finite_losses_stop_the_run_and_keep_the_last_good_checkpoint(project, tmp_path):
+@pytest.mark.parametrize("log_interval", ["2", "50"])  # 50: no host sync in an epoch of 6 steps
+def test_non_finite_losses_stop_the_run_and_keep_the_last_good_checkpoint(
+    project, tmp_path, log_interval
+):
     out = tmp_path / "out"
     run(PY, "train.py", *TINY_RUN, "--epochs", "1", "--out-dir", out, cwd=project)
     good = (out / "last.pt").read_bytes()
     # An absurd learning rate overflows the loss after the first step.
-    flags = [*TINY_RUN, "--fresh", "--lr", "1e30", "--log-interval", "2", "--max-bad-steps", "3"]
+    flags = [*TINY_RUN, "--fresh", "--lr", "1e30", "--log-interval", log_interval]
+    flags += ["--max-bad-steps", "3"]
     result = run(PY, "train.py", *flags, "--out-dir", out, cwd=project, check=False)
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
