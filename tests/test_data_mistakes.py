@@ -198,21 +198,19 @@ def test_an_item_of_another_shape_outside_the_sample_is_one_line(projects, capsy
 
 
 @pytest.mark.parametrize("mode", ["images", "tensors"])
-def test_nan_inputs_outside_the_sample_stop_without_blaming_the_lr(
-    projects, capsys, tmp_path, mode
+def test_a_loss_not_finite_from_the_start_stops_without_blaming_the_lr(
+    projects, capsys, tmp_path, monkeypatch, mode
 ):
-    """Every item but the first (the whole sample here) is NaN: the first loss is already
-    not finite, before any update, so the lr is not the cause; and no checkpoint was
-    written, so none is said to stay. With the guard, its stop says so; without it, the
-    checkpoint's check on the weights."""
+    """The loss is NaN from the first step on (a loss of one's own that takes log 0, say; NaN
+    in the data is refused before). The first loss is already not finite, before any update,
+    so the lr is not the cause; and no checkpoint was written, so none is said to stay. With
+    the guard, its stop says so; without it, the checkpoint's check on the weights."""
     out = tmp_path / "out"
     flags = [*FLAGS[mode], "--log-interval", "2", "--out-dir", str(out)]
     flags += ["--max-bad-steps", "2"] if mode == "images" else []
-
-    def change(i, split, inputs, label):
-        return inputs.float() * (math.nan if i else 1), label
-
-    status, lines = refusal(projects[mode], capsys, *flags, change=change, sample=1)
+    cross_entropy = F.cross_entropy
+    monkeypatch.setattr(F, "cross_entropy", lambda *a, **k: cross_entropy(*a, **k) * math.nan)
+    status, lines = refusal(projects[mode], capsys, *flags)
     if mode == "images":
         expected = (
             f"2 optimizer steps in a row had a non-finite loss; no checkpoint was written to "
@@ -323,3 +321,74 @@ def test_an_image_that_cannot_be_read_is_one_line_naming_it(projects, tmp_path, 
         build_image_folder(projects["images"], root)
     assert type(error.value).__name__ == "DataError"
     assert str(error.value) == f"{root}/val/b/bad.png: cannot read this image ({reason})"
+
+
+@pytest.mark.parametrize("mode", ["images", "tensors"])
+def test_NaN_outside_the_sample_is_one_line(projects, capsys, tmp_path, mode):
+    """NaN in an item that check_info's sample does not hold: the loader's check of each
+    batch (the in-memory path: of every item at once) refuses it before a step takes it."""
+
+    def change(i, split, inputs, label):
+        return inputs.float() * (math.nan if i == OUTSIDE and split == "train" else 1), label
+
+    flags = [*FLAGS[mode], "--out-dir", str(tmp_path)]
+    assert refusal(projects[mode], capsys, *flags, change=change) == (
+        1,
+        [f"error: {SET}: NaN or inf in its inputs"],
+    )
+    assert not list(tmp_path.glob("*.pt"))
+
+
+def test_one_class_is_one_line(projects, capsys, tmp_path):
+    flags = [*FLAGS["images"], "--out-dir", str(tmp_path)]
+    assert refusal(projects["images"], capsys, *flags, classes=1) == (
+        1,
+        [
+            f"error: {SET}, training item 0: DataInfo.num_classes is 1, where the default "
+            "cross-entropy needs 2 or more"
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("std", "mean", "problem"),
+    [
+        ((0.0,), (0.0,), "its std (0.0,) has a value that is not positive and finite"),
+        ((-1.0,), (0.0,), "its std (-1.0,) has a value that is not positive and finite"),
+        ((math.nan,), (0.0,), "its std (nan,) has a value that is not positive and finite"),
+        ((1.0,), (math.inf,), "its mean (inf,) has a value that is not finite"),
+    ],
+)
+def test_statistics_that_cannot_normalise_are_one_line(projects, std, mean, problem):
+    with inside(projects["tensors"]):
+        from proj import data
+
+        train_set = torch.utils.data.TensorDataset(torch.randn(8, 1, 4), torch.arange(8) % 2)
+        info = data.DataInfo(2, (1, 4), mean, std)
+        with pytest.raises(data.DataError) as refused:
+            data.check_info(train_set, info, "ours", train_set)
+    assert str(refused.value) == f"data set 'ours': {problem}"
+
+
+def test_no_validation_set_is_one_line(projects, capsys, monkeypatch, tmp_path):
+    """build_dataset returns a validation set: None for one is refused in one line."""
+    with inside(projects["images"]):
+        from proj import data
+
+        class TrainOnly(data.SyntheticImages):
+            def __new__(cls, *args, split="train", **kwargs):
+                return None if split == "val" else super().__new__(cls)
+
+        monkeypatch.setattr(data, "SyntheticImages", TrainOnly)
+        with pytest.raises(data.DataError) as refused:
+            data.build_dataset(__import__("train").get_args_parser().parse_args([*FLAGS["images"]]))
+    assert str(refused.value) == (
+        "data set 'synthetic': no validation set (build_dataset returns one)"
+    )
+
+
+def test_a_set_smaller_than_a_batch_is_one_line_with_the_batch_to_take(projects, capsys):
+    assert refusal(projects["images"], capsys, *FLAGS["images"], lengths={"train": 10}) == (
+        1,
+        ["error: 10 training items make no full batch of 16: give --batch-size 10 or less"],
+    )

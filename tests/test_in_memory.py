@@ -136,6 +136,9 @@ def test_float64_inputs_and_targets_reach_the_model_as_float32(modules, tmp_path
     batches = data.DeviceBatches(None, info, CPU)
     x, y = batches.prepare(inputs[:4], inputs[:4, 0, 0])
     assert x.dtype == y.dtype == torch.float32 and torch.equal(x, inputs[:4].float())
+    for half in (torch.float16, torch.bfloat16):  # as the model's weights are
+        x, _ = batches.prepare(inputs[:4].to(half), inputs[:4, 0, 0])
+        assert x.dtype == torch.float32 and torch.equal(x, inputs[:4].to(half).float())
 
     def build(args):
         return train_set, TensorDataset(inputs[:16], torch.arange(16) % 5), info
@@ -173,3 +176,8 @@ def test_every_target_is_checked_before_training(modules):
         "data set 'synthetic': target 5, where the default cross-entropy takes class "
         "indices: int64 from 0 to 4 (DataInfo.num_classes is 5)"
     )
+    inputs = torch.randn(200, 1, 6)
+    inputs[77, 0, 3] = torch.inf  # so are inputs that are not finite
+    with pytest.raises(data.DataError) as error:
+        loaders(modules, TensorDataset(inputs, torch.arange(200) % 5))
+    assert str(error.value) == "data set 'synthetic': NaN or inf in its inputs"

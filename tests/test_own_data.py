@@ -27,7 +27,7 @@ def readme_code(project, section: str) -> list[str]:
 def plug_in(project):
     """Paste the README's Signals class and build_dataset branch into data.py, and its
     SignalNet into models.py."""
-    signals, branch = readme_code(project, "Your own data")
+    signals, branch = readme_code(project, "Your own data")[:2]
     data = project / "proj/data.py"
     text = data.read_text()
     new_branch = branch.split("\n", 1)[1]  # below `def build_dataset(args):`
