@@ -143,6 +143,14 @@ MUTANTS = [
         ("tests/test_robustness.py", "-k", "non_finite_losses_stop"),
     ),
     Mutant(
+        "metrics-row-past-the-checkpoint-kept-aside",
+        "metrics.csv one row past the checkpoint (a kill between the writes) is the run's own",
+        LOGGER,
+        "            written = ours\n",
+        "            pass\n",
+        ("tests/test_metrics_history.py", "-k", "row_past"),
+    ),
+    Mutant(
         "part-way-resume-takes-other-accumulation",
         "a checkpoint from part-way through an epoch resumes only with its --accum-steps",
         CHECKPOINT,

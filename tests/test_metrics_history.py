@@ -92,6 +92,21 @@ def test_an_edited_metrics_file_is_kept_aside_and_written_again(
     assert f"{path} was not this run's history: kept as metrics.csv.bak" in capsys.readouterr().out
 
 
+def test_a_row_past_the_checkpoint_is_this_runs_own(project, two_epochs, tmp_path, capsys):
+    """An epoch's row is written before its checkpoint: a kill between the two leaves a row
+    that the checkpoint has not. It is the run's own, not an edit: no copy is kept aside,
+    and the epoch's row comes again when the epoch is trained again."""
+
+    def one_row_more(path):
+        written = path.read_bytes()  # rows end in \r\n, as the csv module writes them
+        path.write_bytes(written + written.splitlines(keepends=True)[-1].replace(b"2,", b"3,", 1))
+
+    rows = resumed(project, two_epochs, tmp_path, one_row_more)
+    assert rows[:2] == read_metrics(two_epochs[0]) and [row["epoch"] for row in rows] == [1, 2, 3]
+    assert not (tmp_path / "out/metrics.csv.bak").exists()
+    assert "was not this run's history" not in capsys.readouterr().out
+
+
 def older_release(out) -> None:
     """Make out/last.pt look as a release before the history was kept wrote it."""
     state = torch.load(out / "last.pt", weights_only=True)
