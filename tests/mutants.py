@@ -151,6 +151,14 @@ MUTANTS = [
         ("tests/test_metrics_history.py", "-k", "row_past"),
     ),
     Mutant(
+        "outputs-written-0600",
+        "checkpoints and metrics.csv take the umask's mode, not the temporary file's 0600",
+        UTILS,
+        "os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)",
+        "os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)",
+        ("tests/test_metrics_history.py", "-k", "umask"),
+    ),
+    Mutant(
         "part-way-resume-takes-other-accumulation",
         "a checkpoint from part-way through an epoch resumes only with its --accum-steps",
         CHECKPOINT,

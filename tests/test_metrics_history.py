@@ -189,3 +189,12 @@ def test_run_files_are_replaced_whole_after_reaching_the_disk(project, tmp_path,
         assert os.path.dirname(src) == str(out) and os.path.basename(src).startswith(".")
         assert ("fsync", src) in events[:i], f"{dst} replaced by a file not flushed first"
         assert events[i + 1] == ("fsync", str(out)), f"{dst}: the folder was not flushed"
+
+
+def test_outputs_take_the_mode_the_umask_gives(two_epochs):
+    """Checkpoints and metrics.csv, written through temporary files, are readable as files
+    that open() makes are (0644 under the usual umask 022), not the temporary files' 0600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in ("last.pt", "best.pt", "metrics.csv"):
+        assert (two_epochs[0] / name).stat().st_mode & 0o777 == 0o666 & ~umask, name

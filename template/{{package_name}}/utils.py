@@ -6,7 +6,7 @@ import argparse
 import math
 import os
 import random
-import tempfile
+import secrets
 from pathlib import Path
 
 import torch
@@ -160,7 +160,8 @@ def write_atomically(path: Path, write) -> None:
     moment leaves the old file or the new one, never a torn one: a temporary file beside it,
     flushed to the disk, takes its place."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask's mode, as open()
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
