@@ -652,8 +652,8 @@ MUTANTS = [
         "checkpoint-written-in-place",
         "atomic checkpoint writes",
         UTILS,
-        'fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)',
-        "fd, tmp = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), str(path)",
+        'tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")',
+        "tmp = path",
         ("tests/test_robustness.py", "-k", "kill_9_during"),
     ),
     Mutant(
@@ -1869,8 +1869,8 @@ MUTANTS = [
         "temporary-suffix-out-of-step",
         "a save killed half-way leaves no temporary file behind once the run starts again",
         UTILS,
-        'suffix=".tmp"',
-        'suffix=".part"',
+        '{secrets.token_hex(6)}.tmp")',
+        '{secrets.token_hex(6)}.part")',
         ("tests/test_robustness.py", "-k", "kill_9_during"),
     ),
     Mutant(
