@@ -41,7 +41,10 @@ BAD_FLAGS = {
     "unknown device": (["--device", "tpu7"], "argument --device: unknown device 'tpu7'"),
     "label smoothing 1": (["--label-smoothing", "1"], "argument --label-smoothing: must be"),
     "unknown flag": (["--learning-rate", "0.1"], "unrecognized arguments: --learning-rate"),
-    "seed past 32 bits": (["--seed", str(2**32)], "argument --seed: must be an integer >= 0 and"),
+    "seed past 32 bits": (
+        ["--seed", str(2**32)],
+        "argument --seed: must be an integer >= 0 and <= 4294967295, got '4294967296'",
+    ),
     "lr infinite": (["--lr", "inf"], "argument --lr: must be a finite number > 0"),
     "lr nan": (["--lr", "nan"], "argument --lr: must be a finite number > 0"),
     "weight decay infinite": (

@@ -56,9 +56,10 @@ def float_in(low: float, high: float = math.inf, *, low_open=False, high_open=Fa
 
 
 def _bounded(kind: type, noun: str, low, high, low_open=False, high_open=False):
-    bounds = f"{'>' if low_open else '>='} {low:g}"
+    shown = str if kind is int else "{:g}".format  # 4294967295, not 4.29497e+09
+    bounds = f"{'>' if low_open else '>='} {shown(low)}"
     if high < math.inf:
-        bounds += f" and {'<' if high_open else '<='} {high:g}"
+        bounds += f" and {'<' if high_open else '<='} {shown(high)}"
 
     def parse(text: str):
         try:
