@@ -771,6 +771,22 @@ MUTANTS = [
         ("tests/test_gitignore.py",),
     ),
     Mutant(
+        "wide-names-counted-by-length",
+        "validators: a project name's width counts wide characters (CJK, emoji) as 2 columns",
+        "copier.yml",
+        "'..') | length %}{% if not project_name.strip() %}",
+        "'.') | length %}{% if not project_name.strip() %}",
+        ("tests/test_questions.py", "-k", "wide"),
+    ),
+    Mutant(
+        "description-wrapped-by-length",
+        "the description's lines fit ruff's width, wide characters and long words included",
+        TRAIN,
+        "| wordwrap(88, True, '\\n', False) |",
+        "| wordwrap(88, False, '\\n', False) |",
+        ("tests/test_questions.py", "-k", "text_answers"),
+    ),
+    Mutant(
         "update-drops-answers-fsdp-does-not-take",
         "an update to FSDP refuses the earlier answers FSDP does not take, not drops them",
         "copier.yml",

@@ -55,7 +55,11 @@ BAD_ANSWERS = {
     "project name with a tab": ({"project_name": "a\tb"}, "project_name must be one line"),
     "project name too long": (
         {"project_name": "n" * 81},
-        "project_name must be at most 80 characters (got 81)",
+        "project_name must be at most 80 characters, wide ones (CJK, emoji) counting 2 (got 81)",
+    ),
+    "project name too wide": (
+        {"project_name": "名" * 41},
+        "project_name must be at most 80 characters, wide ones (CJK, emoji) counting 2 (got 82)",
     ),
     "description on two lines": (
         {"description": "one\r\ntwo"},
@@ -355,20 +359,26 @@ HOSTILE_TEXT = {
     "unicode": "Ünïcødé 中文 🚀",
     "longest name": "n" * 80,
     "longest description": "word " * 59 + "word",
+    # Wide characters take 2 columns, as ruff counts a line: wrapped by width, not length.
+    "widest name": "中" * 40,
+    "chinese description": "使用 PyTorch 训练的图像分类项目，支持多种数据集和模型，包括卷积神经网络"
+    * 4,
+    "words joined by no-break spaces": "\u00a0".join(["word"] * 59),
 }
 
 
 @pytest.mark.parametrize("text", HOSTILE_TEXT.values(), ids=HOSTILE_TEXT.keys())
 def test_text_answers_render_as_typed_into_valid_python_and_toml(template, tmp_path, text):
     tomllib = pytest.importorskip("tomllib", reason="reading TOML needs Python 3.11")
-    name = text[:80]
+    name = text[:80] if text.isascii() else text[:40]  # 80 columns
     dest = copy(template, tmp_path / "p", package_name="proj", project_name=name, description=text)
     lint = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", dest], text=True)
     assert lint.returncode == 0
     docstring = ast.get_docstring(ast.parse((dest / "train.py").read_text()))
     title, _, rest = docstring.partition("\n\n")
     assert title == f"Train {name}."
-    assert " ".join(rest.split("\n\n")[0].split()) == " ".join(text.split())
+    paragraph = rest.split("\n\n")[0]  # lines are broken at spaces, or in a word too long
+    assert "".join(paragraph.split()) == "".join(text.split())
     package = ast.get_docstring(ast.parse((dest / "proj/__init__.py").read_text()))
     assert package.startswith(f"{name}.\n")
     project = tomllib.loads((dest / "pyproject.toml").read_text())["project"]
