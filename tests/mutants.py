@@ -974,6 +974,14 @@ MUTANTS = [
         ("tests/test_data_mistakes.py", "-k", "walks_each_folder"),
     ),
     Mutant(
+        "hidden-folders-are-classes",
+        "image folders: hidden folders (.ipynb_checkpoints) are no classes",
+        DATA,
+        'if e.is_dir() and e.name[0] != ".")',
+        "if e.is_dir())",
+        ("tests/test_data_mistakes.py", "-k", "hidden"),
+    ),
+    Mutant(
         "image-errors-unnamed",
         "image folders: an image that cannot be read is one line naming it",
         DATA,

@@ -282,6 +282,15 @@ def test_an_image_folder_walks_each_folder_once(projects, tmp_path):
     assert len(val_set) == 8 and info.num_classes == 2
 
 
+def test_hidden_folders_are_no_classes(projects, tmp_path):
+    """Jupyter leaves .ipynb_checkpoints in every folder it opens: hidden, so no class."""
+    root = image_folder(tmp_path / "images")
+    for split in ("train", "val"):
+        (root / split / ".ipynb_checkpoints").mkdir()
+    train_set, val_set, info = build_image_folder(projects["images"], root)
+    assert train_set.classes == val_set.classes == ["a", "b"] and info.num_classes == 2
+
+
 def broken_images(folder):
     """name: (how to make the file, what cannot be read in it)"""
     limit = Image.MAX_IMAGE_PIXELS
