@@ -38,7 +38,7 @@ COPIED = ("copier.yml", "pyproject.toml", "README.md", "template", "hooks", "exa
 PKG = "template/{{package_name}}"
 TRAIN = "template/train.py.jinja"
 DATA = f"{PKG}/data.py.jinja"
-UTILS = f"{PKG}/utils.py"
+UTILS = f"{PKG}/utils.py.jinja"
 SCHEDULE = f"{PKG}/schedule.py.jinja"
 FINDERS = PKG + "/{% if finders %}finders.py{% endif %}.jinja"
 OPTIM = f"{PKG}/optim.py.jinja"
@@ -178,8 +178,8 @@ MUTANTS = [
         "restart-count-of-slurm-ignored",
         "a SLURM requeue is a restarted job too",
         UTILS,
-        'names = ("TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT")',
-        'names = ("TORCHELASTIC_RESTART_COUNT",)',
+        'names = ("SLURM_RESTART_COUNT",)',
+        'names = ("SLURM_RESTART_COUNTS",)',
         ("tests/test_resume.py", "-k", "restarted_job"),
     ),
     Mutant(

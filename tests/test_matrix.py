@@ -273,15 +273,17 @@ def check_tensorboard(folder, rows: list[dict]) -> None:
 
 def check_state_flags(project, scheduler: str) -> None:
     """The flags that a resume compares with its checkpoint's (STATE_FLAGS) are --lr, every
-    flag of the optimizer, and those of the schedules whose state holds them."""
+    flag of the optimizer, and every flag of the schedule (its state holds them, or they
+    shaped it)."""
     with inside(project):
         import train
         from proj.checkpoint import STATE_FLAGS
 
         groups = train.get_args_parser()._action_groups
     dests = {g.title.split(" (")[0]: {a.dest for a in g._group_actions} for g in groups}
-    stateful = dests["learning-rate schedule"] if scheduler in ("onecycle", "cyclic") else set()
-    assert sorted(STATE_FLAGS) == sorted({"lr"} | dests["optimizer"] | stateful)
+    assert sorted(STATE_FLAGS) == sorted(
+        {"lr"} | dests["optimizer"] | dests["learning-rate schedule"]
+    )
 
 
 def test_tiny_run_flags_are_valid(template, tmp_path):

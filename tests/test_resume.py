@@ -231,13 +231,17 @@ def test_preemption_signal_checkpoints_and_exits_for_requeue(
     assert all(row["samples_per_s"] > 0 for row in rows)  # both epochs trained some steps
 
 
-@pytest.mark.parametrize("count", ["TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"])
+@pytest.mark.parametrize(
+    ("rendered", "count"),
+    [("project", "SLURM_RESTART_COUNT"), ("ddp_project", "TORCHELASTIC_RESTART_COUNT")],
+)
 def test_a_restarted_job_goes_on_from_its_own_checkpoint(
-    project, tmp_path, monkeypatch, capsys, count
+    request, rendered, tmp_path, monkeypatch, capsys, count
 ):
     """torchrun's restarts and SLURM's requeues run a job's command again: with --fresh (or
     --resume of another checkpoint) every restart would start over. A restarted job goes on
     from its own last.pt; outside one, --fresh starts over as asked."""
+    project = request.getfixturevalue(rendered)
     out = tmp_path / "job"
     flags = [*RUN, "--workers", "0", "--model", "mlp", "--fresh", "--out-dir", str(out)]
     train(project, *flags, "--epochs", "1")  # the job's first start, stopped after epoch 1
