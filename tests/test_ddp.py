@@ -24,6 +24,7 @@ from tests.helpers import (
     render,
     ruff,
     run,
+    train,
 )
 from tests.test_device_data import as_process
 from tests.test_matrix import OTHER_ANSWERS, check_nothing_left_out
@@ -295,10 +296,9 @@ def test_checkpoints_move_between_single_and_ddp(ddp_project, single_project, tm
     assert "resumed from" in result.stdout
     assert [row["epoch"] for row in read_metrics(tmp_path / "s2")] == [1, 2, 3]
     # The DDP project as one process (python train.py) goes on from a single process's too.
-    more = ["--epochs", "4", "--resume", tmp_path / "s2/last.pt", "--out-dir", tmp_path / "d1"]
-    result = run(sys.executable, "train.py", *QUICK, *more, cwd=ddp_project)
-    assert "resumed from" in result.stdout
-    assert [row["epoch"] for row in read_metrics(tmp_path / "d1")] == [1, 2, 3, 4]
+    more = ["--epochs", "4", "--resume", str(tmp_path / "s2/last.pt")]
+    rows = train(ddp_project, *QUICK, *more, "--out-dir", str(tmp_path / "d1"))
+    assert [row["epoch"] for row in rows] == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("val_images", [83])  # odd, and ragged for batches of 2 x 8
