@@ -1190,6 +1190,14 @@ MUTANTS = [
         'git("add", "--", ".copier-answers.yml")',
         ("tests/test_hooks.py",),
     ),
+    Mutant(
+        "git-init-never-asked",
+        "git_init: asked in a terminal on copy (questions do not see _copier_operation)",
+        "copier.yml",
+        "(_copier_operation | default('copy')) == 'copy'",
+        "_copier_operation == 'copy'",
+        ("tests/test_hooks.py", "-k", "asked_in_a_terminal"),
+    ),
     # Silent or contradictory flags and answers: refused in one line
     Mutant(
         "float32-zero-accepted",

@@ -4,8 +4,11 @@ project's pre-commit hook, run with real copier, git and pre-commit."""
 from __future__ import annotations
 
 import os
+import pty
+import select
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +59,36 @@ def test_git_init_commits_the_project_and_update_works_at_once(
     assert "git_init" not in (project / ".copier-answers.yml").read_text()  # asked once
     update(project)  # needs a clean git work tree: there is one from day one
     assert run("git", "status", "--porcelain", cwd=project).stdout == ""
+
+
+def test_git_init_is_asked_in_a_terminal(template_repo, tmp_path, git_identity):
+    """Typed at the prompt, as a user answers it: `copier copy` in a terminal (a pseudo-terminal
+    here) asks git_init, and a "y" commits the project."""
+    git_identity.write_text("[user]\n\tname = Someone\n\temail = someone@example.com\n")
+    project = tmp_path / "p"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "TERM": "xterm"}
+    env.update(GIT_CONFIG_GLOBAL=str(git_identity), GIT_CONFIG_NOSYSTEM="1")
+    cmd = [COPIER, "copy", "--trust", "--defaults", "--ask", "git_init", template_repo, project]
+    pid, terminal = pty.fork()
+    if pid == 0:  # the child: copier, with the terminal as its stdin, stdout and stderr
+        os.execve(str(COPIER), [str(c) for c in cmd], env)
+    shown, answered, deadline = b"", False, time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if not select.select([terminal], [], [], 1)[0]:
+            continue
+        try:
+            shown += os.read(terminal, 4096)
+        except OSError:  # the child has exited: its terminal is closed
+            break
+        if not answered and b"git init" in shown:
+            os.write(terminal, b"y")
+            answered = True
+    _, status = os.waitpid(pid, 0)
+    assert answered, shown.decode(errors="replace")[-2000:]
+    assert os.waitstatus_to_exitcode(status) == 0
+    log = run("git", "log", "--format=%s", cwd=project).stdout.splitlines()
+    assert log == ["Project rendered from copier-torch-train"]
+    assert "git_init" not in (project / ".copier-answers.yml").read_text()  # asked once
 
 
 def test_git_init_without_an_identity_stages_and_says_so(template_repo, tmp_path, git_identity):
