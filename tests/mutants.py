@@ -1906,6 +1906,22 @@ MUTANTS = [
         ("tests/test_robustness.py", "-k", "kill_9_during"),
     ),
     Mutant(
+        "leftover-cleanup-takes-the-users-files",
+        "a run clears its own temporary files from <out-dir>, not the user's that end in .tmp",
+        UTILS,
+        'out_dir.glob(".*." + "[0-9a-f]" * 12 + ".tmp")',
+        'out_dir.glob(".*.tmp")',
+        ("tests/test_robustness.py", "-k", "second_run_into_the_same"),
+    ),
+    Mutant(
+        "temporary-name-out-of-step-with-the-cleanup",
+        "the cleanup recognises write_atomically's temporary names",
+        UTILS,
+        "secrets.token_hex(6)",
+        "secrets.token_hex(5)",
+        ("tests/test_robustness.py", "-k", "kill_9_during"),
+    ),
+    Mutant(
         "workers-per-gpu-from-the-world-size",
         "DDP: loader workers share this machine's CPUs among this machine's processes",
         DISTRIBUTED,

@@ -725,10 +725,20 @@ def test_a_second_run_into_the_same_out_dir_is_refused(project, tmp_path):
     ]
     assert sorted(p.name for p in out.iterdir()) == [".lock"]
     # Once that run has ended, its lock is gone with it, and what a save killed half-way
-    # left behind is cleared.
-    (out / ".last.pt.k2j4h.tmp").write_bytes(b"torn")
+    # left behind is cleared; the user's own files stay, whatever their names.
+    (out / ".last.pt.0f3a9c4b7d2e.tmp").write_bytes(b"torn")
+    for name in (".notes.tmp", ".draft.0123.tmp", "last.pt.0f3a9c4b7d2e.tmp"):
+        (out / name).write_text("mine")
     run(PY, "train.py", *TINY_RUN, "--out-dir", out, cwd=project)
-    assert sorted(p.name for p in out.iterdir()) == [".lock", "best.pt", "last.pt", "metrics.csv"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        ".draft.0123.tmp",
+        ".lock",
+        ".notes.tmp",
+        "best.pt",
+        "last.pt",
+        "last.pt.0f3a9c4b7d2e.tmp",
+        "metrics.csv",
+    ]
 
 
 @pytest.mark.parametrize(
