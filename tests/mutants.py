@@ -1906,6 +1906,14 @@ MUTANTS = [
         ("tests/test_robustness.py", "-k", "kill_9_during"),
     ),
     Mutant(
+        "eval-only-takes-the-lock",
+        "--eval-only takes no lock: it evaluates beside the run that trains",
+        TRAIN,
+        "    if not args.eval_only and (problem := hold_out_dir(out_dir)):",
+        "    if problem := hold_out_dir(out_dir):",
+        ("tests/test_robustness.py", "-k", "eval_only_runs_beside"),
+    ),
+    Mutant(
         "leftover-cleanup-takes-the-users-files",
         "a run clears its own temporary files from <out-dir>, not the user's that end in .tmp",
         UTILS,
@@ -2232,8 +2240,8 @@ MUTANTS = [
         "speed-report-locks-the-out-dir",
         "speed report: nothing written into --out-dir but the report",
         TRAIN,
-        "if not args.speed_report and (problem := hold_out_dir(out_dir)):",
-        "if problem := hold_out_dir(out_dir):",
+        "if not (args.eval_only or args.speed_report) and (problem := hold_out_dir(out_dir)):",
+        "if not args.eval_only and (problem := hold_out_dir(out_dir)):",
         ("tests/test_speed_report.py", "-k", "sleepy"),
     ),
 ]

@@ -741,6 +741,29 @@ def test_a_second_run_into_the_same_out_dir_is_refused(project, tmp_path):
     ]
 
 
+def test_eval_only_runs_beside_the_run_that_holds_the_out_dir(project, checkpoint, tmp_path):
+    """--eval-only writes nothing into --out-dir and so takes no lock: it evaluates a run's
+    checkpoint while that run trains (here, while another process holds the lock), with the
+    metrics of the same checkpoint evaluated anywhere else."""
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copy(checkpoint, out / "last.pt")
+    elsewhere = run(PY, "train.py", *TINY_RUN, "--eval-only", "--resume", checkpoint, cwd=project)
+    holder = subprocess.Popen(
+        [PY, "-c", HOLD_LOCK, str(out / ".lock")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        beside = run(PY, "train.py", *TINY_RUN, "--eval-only", "--out-dir", out, cwd=project)
+    finally:
+        holder.kill()
+        holder.wait()
+    metrics = elsewhere.stdout.splitlines()[-1].replace(f"({checkpoint})", f"({out / 'last.pt'})")
+    assert beside.stdout.splitlines()[-1] == metrics
+    assert metrics.startswith("val_loss ")
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "last.pt"]
+
+
 @pytest.mark.parametrize(
     ("answers", "classes"),
     [
