@@ -69,12 +69,15 @@ BUDGETS = {
 # every batch, a std that is not positive, fewer than 2 classes and a missing validation set
 # refused, hidden folders no classes (data.py: 26); metrics.csv one row past the checkpoint
 # is the run's own (logger.py: 4); checkpoints written with the umask's mode.
+# v0.18.0: a model that does not fit the data's inputs refused in one line before training
+# (models.py's model_problem, 12 lines, and 2 in train.py); --eval-only takes no lock (a
+# comment in train.py); less a line of the out-dir's cleanup.
 # The README's "Line budgets" says what the lines above the budgets are for.
 CEILINGS = {
-    "examples/cpu-minimal.yml": (1691, 341),
-    "examples/cpu-minimal.yml with data: tensors": (1489, 331),
-    "defaults": (1792, None),
-    "everything (ddp, fp16, lamb, onecycle, every extra)": (3301, None),
+    "examples/cpu-minimal.yml": (1696, 341),
+    "examples/cpu-minimal.yml with data: tensors": (1494, 331),
+    "defaults": (1806, None),
+    "everything (ddp, fp16, lamb, onecycle, every extra)": (3315, None),
 }
 
 

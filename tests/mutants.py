@@ -1906,6 +1906,22 @@ MUTANTS = [
         ("tests/test_robustness.py", "-k", "kill_9_during"),
     ),
     Mutant(
+        "model-fit-unchecked",
+        "a model that does not fit the data's inputs is refused in one line before training",
+        f"{PKG}/models.py.jinja",
+        "            model(torch.zeros(2, *info.input_shape, device=device))",
+        "            pass",
+        ("tests/test_data_mistakes.py", "-k", "does_not_fit"),
+    ),
+    Mutant(
+        "mlp-refuses-scalar-inputs",
+        "the built-in mlp takes inputs of one number each",
+        f"{PKG}/models.py.jinja",
+        "return self.net(x if x.ndim > 1 else x[:, None])",
+        "return self.net(x)",
+        ("tests/test_data_mistakes.py", "-k", "scalar"),
+    ),
+    Mutant(
         "eval-only-takes-the-lock",
         "--eval-only takes no lock: it evaluates beside the run that trains",
         TRAIN,

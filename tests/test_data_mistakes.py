@@ -401,3 +401,39 @@ def test_a_set_smaller_than_a_batch_is_one_line_with_the_batch_to_take(projects,
         1,
         ["error: 10 training items make no full batch of 16: give --batch-size 10 or less"],
     )
+
+
+@pytest.mark.parametrize("mode", ["images", "tensors"])
+def test_a_model_that_does_not_fit_the_data_is_one_line(projects, capsys, tmp_path, mode):
+    """A model made for other inputs (here one of the user's, for 10 features) is refused
+    before anything trains, in one line with what the model raised on the data's shape."""
+    shape, features = {"images": ("(3, 8, 8)", 192), "tensors": ("(1, 64)", 64)}[mode]
+    with inside(projects[mode]):
+        from proj import models
+
+        models.MODELS["ten_features"] = lambda info: torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(10, info.num_classes)
+        )
+        sys.argv = ["train.py", *TINY_RUN, *FLAGS[mode], "--model", "ten_features"]
+        sys.argv += ["--out-dir", str(tmp_path)]
+        with pytest.raises(SystemExit) as exit_info:
+            runpy.run_path("train.py", run_name="__main__")
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"train.py: error: argument --model: ten_features fails on inputs of shape {shape} "
+        f"(RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x{features} and 10x10))"
+    ]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".lock"]  # nothing trained
+
+
+def test_the_built_in_mlp_takes_scalar_inputs(projects):
+    """A data set of one number per item (DataInfo.input_shape ()) fits the built-in mlp."""
+    with inside(projects["tensors"]):
+        from proj import data, models
+
+        info = data.DataInfo(3, ())
+        model = models.build_model("mlp", info)
+        assert models.model_problem(model, info, torch.device("cpu")) is None
+        inputs = torch.randn(5)
+        expected = model.net[1:](inputs[:, None])  # its layers after Flatten, on (N, 1)
+        assert torch.equal(model(inputs), expected) and expected.shape == (5, 3)
