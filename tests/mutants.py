@@ -68,6 +68,17 @@ class Mutant:
     occurrences: int = 1
 
 
+# train.py: the logger (which puts back a missing metrics.csv) before a finished run's return.
+LOGGER_LINE = (
+    "    logger = MetricsLogger(out_dir{% if torchrun %} if rank == 0 else None{% endif %}, "
+    "progress.history, progress.epoch)\n"
+)
+NOTHING_TO_DO = (
+    "    if progress.epoch >= args.epochs:\n"
+    '        print(f"nothing to do: {resume} is at epoch {progress.epoch} of {args.epochs}")\n'
+    "        return\n"
+)
+
 MUTANTS = [
     # Schedules
     Mutant(
@@ -1904,6 +1915,14 @@ MUTANTS = [
         '{secrets.token_hex(6)}.tmp")',
         '{secrets.token_hex(6)}.part")',
         ("tests/test_robustness.py", "-k", "kill_9_during"),
+    ),
+    Mutant(
+        "finished-run-leaves-metrics-missing",
+        "a finished run started again puts back a missing metrics.csv",
+        TRAIN,
+        LOGGER_LINE + NOTHING_TO_DO,
+        NOTHING_TO_DO + LOGGER_LINE,
+        ("tests/test_metrics_history.py", "-k", "finished"),
     ),
     Mutant(
         "model-fit-unchecked",

@@ -77,6 +77,19 @@ def test_a_damaged_metrics_file_is_written_again_from_the_checkpoint(
     assert [row["epoch"] for row in rows] == [1, 2, 3]
 
 
+def test_a_finished_run_started_again_puts_back_its_metrics_file(
+    project, two_epochs, tmp_path, capsys
+):
+    """The same command after the last epoch trains nothing, and still writes metrics.csv
+    again, to the byte, when it has gone missing."""
+    out = tmp_path / "out"
+    shutil.copytree(two_epochs[0], out)
+    (out / "metrics.csv").unlink()
+    train(project, *RUN, "--out-dir", str(out))
+    assert "nothing to do: " in capsys.readouterr().out
+    assert (out / "metrics.csv").read_text() == two_epochs[1]
+
+
 def test_an_edited_metrics_file_is_kept_aside_and_written_again(
     project, two_epochs, tmp_path, capsys
 ):
