@@ -133,8 +133,16 @@ MUTANTS = [
         "restarted-job-starts-over",
         "a job that torchrun restarts or SLURM requeues goes on from its own last.pt",
         TRAIN,
-        "    if restarted_job() and not args.eval_only",
-        "    if False and not args.eval_only",
+        '    if not args.eval_only and restarted_job(out_dir / "last.pt"):',
+        "    if False:",
+        ("tests/test_resume.py", "-k", "restarted_job"),
+    ),
+    Mutant(
+        "restarted-job-takes-another-jobs-checkpoint",
+        "a restarted job goes on from its own last.pt only, not another job's in its --out-dir",
+        CHECKPOINT,
+        'return last.is_file() and load_checkpoint(last).get("job") == job_id()',
+        "return last.is_file()",
         ("tests/test_resume.py", "-k", "restarted_job"),
     ),
     Mutant(
@@ -188,7 +196,7 @@ MUTANTS = [
     Mutant(
         "restart-count-of-slurm-ignored",
         "a SLURM requeue is a restarted job too",
-        UTILS,
+        CHECKPOINT,
         'names = ("SLURM_RESTART_COUNT",)',
         'names = ("SLURM_RESTART_COUNTS",)',
         ("tests/test_resume.py", "-k", "restarted_job"),

@@ -232,21 +232,31 @@ def test_preemption_signal_checkpoints_and_exits_for_requeue(
 
 
 @pytest.mark.parametrize(
-    ("rendered", "count"),
-    [("project", "SLURM_RESTART_COUNT"), ("ddp_project", "TORCHELASTIC_RESTART_COUNT")],
+    ("rendered", "count", "job"),
+    [
+        ("project", "SLURM_RESTART_COUNT", "SLURM_JOB_ID"),
+        ("ddp_project", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_RUN_ID"),
+    ],
 )
 def test_a_restarted_job_goes_on_from_its_own_checkpoint(
-    request, rendered, tmp_path, monkeypatch, capsys, count
+    request, rendered, tmp_path, monkeypatch, capsys, count, job
 ):
     """torchrun's restarts and SLURM's requeues run a job's command again: with --fresh (or
     --resume of another checkpoint) every restart would start over. A restarted job goes on
-    from its own last.pt; outside one, --fresh starts over as asked."""
+    from its own last.pt, and only from its own: another job's last.pt in the same --out-dir
+    (a finished run's) is what --fresh was given for. Outside a restart, --fresh starts over."""
     project = request.getfixturevalue(rendered)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     out = tmp_path / "job"
     flags = [*RUN, "--workers", "0", "--model", "mlp", "--fresh", "--out-dir", str(out)]
-    train(project, *flags, "--epochs", "1")  # the job's first start, stopped after epoch 1
-    monkeypatch.setenv(count, "1")
+    monkeypatch.setenv(job, "another")
+    train(project, *flags, "--epochs", "1")  # another job's run, finished in this --out-dir
+    monkeypatch.setenv(job, "this")
+    monkeypatch.setenv(count, "1")  # restarted before this job's first checkpoint
     capsys.readouterr()
+    assert [row["epoch"] for row in train(project, *flags, "--epochs", "1")] == [1]
+    assert "resumed from" not in capsys.readouterr().out
+    monkeypatch.setenv(count, "2")  # restarted after it: goes on from it
     assert [row["epoch"] for row in train(project, *flags)] == [1, 2]
     assert f"resumed from {out / 'last.pt'}: epoch 1, step 10\n" in capsys.readouterr().out
     monkeypatch.setenv(count, "0")
