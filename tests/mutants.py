@@ -335,13 +335,18 @@ MUTANTS = [
         ("tests/test_training_step.py",),
     ),
     Mutant(
-        "fp16-schedule-steps-on-skips",
-        "AMP: no scheduler step when the GradScaler skipped",
+        "fp16-schedule-waits-for-skips",
+        "AMP: the schedule counts the loop's steps, the GradScaler's skips too (exact resume)",
         TRAIN,
+        "    parts.scaler.step(parts.optimizer)  # skipped when the scaled gradients overflowed\n"
+        "    parts.scaler.update()\n"
+        "    parts.scheduler.step()  # skipped or not: the schedule counts the loop's steps",
+        "    scale = parts.scaler.get_scale()\n"
+        "    parts.scaler.step(parts.optimizer)\n"
+        "    parts.scaler.update()\n"
         "    if parts.scaler.get_scale() >= scale:  # the scale only drops after a skipped step\n"
         "        parts.scheduler.step()",
-        "    parts.scheduler.step()",
-        ("tests/test_training_step.py",),
+        ("tests/test_training_step.py", "-k", "scaler_skipped"),
     ),
     Mutant(
         "fp16-scaler-not-saved",

@@ -75,20 +75,44 @@ def test_gradients_are_clipped_to_the_threshold(sgd_projects, tmp_path, amp, cli
     assert applied == pytest.approx([clip] * len(applied), rel=2e-2)
 
 
-def test_the_schedule_waits_for_steps_the_scaler_skipped(project, tmp_path, monkeypatch):
+def test_steps_the_scaler_skipped_count_in_the_schedule_and_resume_exactly(
+    project, tmp_path, monkeypatch
+):
     """A scaler that starts far too high overflows the fp16 gradients for its first steps and
-    skips them; the schedule counts only the steps the optimizer took."""
+    skips them. The schedule counts the loop's steps, skipped or not (as the guard's skips),
+    so a run resumed from an epoch's end goes on where the uninterrupted one is: the same
+    learning rate and the same weights."""
     monkeypatch.setattr(
         torch.amp, "GradScaler", functools.partial(torch.amp.GradScaler, init_scale=2.0**28)
     )
-    flags = [*FP16, "--synthetic-size", "320", "--out-dir", str(tmp_path)]
-    train_main(project, flags)
-    state = torch.load(tmp_path / "last.pt", weights_only=True)
+    flags = [*FP16, "--synthetic-size", "320", "--deterministic"]
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    train_main(project, [*flags, "--epochs", "2", "--out-dir", str(whole)])
+    with inside(project):  # the same run, killed once epoch 1's checkpoint is written
+        import train
+
+        saved = train.save_state
+
+        def save_then_die(path, *args):
+            saved(path, *args)
+            if path.name == "last.pt":
+                raise SystemExit("killed")
+
+        monkeypatch.setattr(train, "save_state", save_then_die)
+        with pytest.raises(SystemExit):
+            train.main([*flags, "--epochs", "2", "--out-dir", str(split)])
+    assert torch.load(split / "last.pt", weights_only=True)["progress"]["epoch"] == 1
+    train_main(project, [*flags, "--epochs", "2", "--out-dir", str(split)])
+    state, resumed = (torch.load(run / "last.pt", weights_only=True) for run in (whole, split))
     loop_steps = state["progress"]["step"]
     taken = int(state["optimizer"]["state"][0]["step"])  # AdamW counts the steps it takes
     assert 0 < taken < loop_steps, (taken, loop_steps)  # some were skipped, not all
-    assert state["scheduler"]["last_epoch"] == taken
+    assert state["scheduler"]["last_epoch"] == loop_steps == 40  # 2 epochs of 20 steps
     assert state["scaler"]["scale"] < 2.0**28
+    assert resumed["scheduler"] == state["scheduler"]
+    assert resumed["scaler"] == state["scaler"]
+    assert state["model"].keys() == resumed["model"].keys()
+    assert all(torch.equal(state["model"][k], resumed["model"][k]) for k in state["model"])
 
 
 def test_a_cpu_trains_in_float32_unless_amp_asks(project, tmp_path, monkeypatch):
