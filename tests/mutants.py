@@ -1930,6 +1930,15 @@ MUTANTS = [
         ("tests/test_robustness.py", "-k", "kill_9_during"),
     ),
     Mutant(
+        "batch-finder-sample-draws-from-the-run",
+        "--batch-size auto leaves the run's random state alone (the sample's augmentation too)",
+        FINDERS,
+        "    with own_random_state(device):  # the sample's augmentation draws too\n"
+        "        data = sample(train_set)",
+        "    data = sample(train_set)",
+        ("tests/test_finders.py", "-k", "batch_size_auto_leaves"),
+    ),
+    Mutant(
         "finished-run-leaves-metrics-missing",
         "a finished run started again puts back a missing metrics.csv",
         TRAIN,

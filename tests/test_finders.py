@@ -143,6 +143,26 @@ def test_sweep_leaves_the_model_and_the_random_state_alone(projects, tmp_path):
     assert len(set(seen["sweep"].losses)) > 1  # the copy did train
 
 
+def test_batch_size_auto_leaves_the_random_state_alone(projects, tmp_path):
+    """The search trains copies on a sample of augmented items: neither the augmentation nor
+    the copies draw from the run's random state, so the run is the one --batch-size N makes."""
+    seen = {}
+    with inside(projects("sgd")):
+        import train
+
+        real = train.auto_batch_size
+
+        def watched(*args):
+            rng = torch.get_rng_state()
+            real(*args)
+            seen["rng unchanged"] = torch.equal(rng, torch.get_rng_state())
+
+        train.auto_batch_size = watched
+        flags = [*FAST, "--batch-size", "auto", "--max-batch-size", "32"]
+        train.main([*flags, "--out-dir", str(tmp_path)])
+    assert seen == {"rng unchanged": True}
+
+
 @pytest.mark.parametrize("scheduler", ["warmup_cosine", "onecycle"])
 def test_lr_auto_is_the_peak_of_the_schedule(template, tmp_path, scheduler, capsys):
     """The suggestion is the schedule's peak: half the rate at the sweep's lowest smoothed
