@@ -1939,6 +1939,14 @@ MUTANTS = [
         ("tests/test_finders.py", "-k", "batch_size_auto_leaves"),
     ),
     Mutant(
+        "ema-decay-changes-on-resume",
+        "a resume goes on with the checkpoint's --ema-decay, as with its other state flags",
+        CHECKPOINT,
+        ' + (["ema_decay"] if ema else []) %}',
+        " %}",
+        ("tests/test_matrix.py", "-k", "render_lint_and_train"),
+    ),
+    Mutant(
         "finished-run-leaves-metrics-missing",
         "a finished run started again puts back a missing metrics.csv",
         TRAIN,

@@ -283,8 +283,9 @@ def check_state_flags(project, scheduler: str) -> None:
 
         groups = train.get_args_parser()._action_groups
     dests = {g.title.split(" (")[0]: {a.dest for a in g._group_actions} for g in groups}
+    ema = {"ema_decay"} & set().union(*dests.values())  # the average the EMA holds
     assert sorted(STATE_FLAGS) == sorted(
-        {"lr"} | dests["optimizer"] | dests["learning-rate schedule"]
+        {"lr"} | dests["optimizer"] | dests["learning-rate schedule"] | ema
     )
 
 
