@@ -1947,6 +1947,14 @@ MUTANTS = [
         ("tests/test_matrix.py", "-k", "render_lint_and_train"),
     ),
     Mutant(
+        "speed-report-ends-on-a-data-refusal",
+        "speed report: a speed-up the data cannot take is listed as not tried, not an error",
+        SPEED,
+        "except (RuntimeError, MemoryError, UserError) as error:",
+        "except (RuntimeError, MemoryError) as error:",
+        ("tests/test_speed_report.py", "-k", "cannot_take"),
+    ),
+    Mutant(
         "finished-run-leaves-metrics-missing",
         "a finished run started again puts back a missing metrics.csv",
         TRAIN,

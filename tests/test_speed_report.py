@@ -134,6 +134,18 @@ def test_a_large_model_on_data_in_memory_is_compute_bound(project, tmp_path):
     assert "`--batch-size 32 --lr " in report
 
 
+def test_a_speed_up_the_data_cannot_take_is_listed_not_tried(project, tmp_path):
+    """24 training items make a batch of 16 and none of 32: the report lists twice the batch
+    under "Not tried" with the reason, and reports the rest."""
+    sets = [TensorDataset(torch.randn(n, 1, 40), torch.randint(10, (n,))) for n in (24, 16)]
+    report = report_of(project, tmp_path / "out", sets, None, "--workers", "0", budget=5.0)
+    assert (
+        "- twice the batch, twice the lr: failed: 24 training items make no full batch of 32: "
+        "give --batch-size 24 or less"
+    ) in report
+    assert samples_per_s(report) > 0
+
+
 def test_a_host_sync_in_the_loss_is_counted_and_named(project, tmp_path):
     """A user's check of the loss's value (an .item() a micro-batch): with 3 micro-batches a
     step, 3 syncs, at the line the user wrote. With its time spent (a budget of 0 s), the
