@@ -1955,6 +1955,14 @@ MUTANTS = [
         ("tests/test_speed_report.py", "-k", "cannot_take"),
     ),
     Mutant(
+        "lr-auto-trains-on-a-guess",
+        "--lr auto trains nothing on a sweep whose loss was lowest at its very start",
+        FINDERS,
+        "    if sweep.guess and not args.find_lr:",
+        "    if False:",
+        ("tests/test_finders.py", "-k", "starts_too_high"),
+    ),
+    Mutant(
         "finished-run-leaves-metrics-missing",
         "a finished run started again puts back a missing metrics.csv",
         TRAIN,

@@ -281,6 +281,15 @@ def test_a_sweep_that_starts_too_high_says_so(projects, capsys):
     main(project, *FAST, "--find-lr", "--find-lr-start", "1", "--out-dir", runs / "high")
     out = capsys.readouterr().out
     assert "the loss was lowest at the very start" in out and "lower --find-lr-start" in out
+    # --lr auto does not train on such a guess: it says so in one line, and trains nothing.
+    with pytest.raises(SystemExit) as refused:
+        main(project, *FAST, "--lr", "auto", "--find-lr-start", "1", "--out-dir", runs / "auto")
+    assert refused.value.code == (
+        "error: --lr auto: the sweep cannot tell a learning rate (its loss was lowest at the "
+        "very start), so nothing was trained: give --lr, or a lower --find-lr-start or more "
+        "--find-lr-steps"
+    )
+    assert not (runs / "auto/last.pt").exists()
 
 
 def test_eval_only_runs_no_finder(projects, capsys):
