@@ -1963,6 +1963,14 @@ MUTANTS = [
         ("tests/test_finders.py", "-k", "starts_too_high"),
     ),
     Mutant(
+        "eval-only-without-the-average",
+        "EMA: --eval-only reports the average's metrics beside the weights'",
+        TRAIN,
+        '"".join(f"  ema_val_{name} {value:.6f}" for name, value in averaged)',
+        '""',
+        ("tests/test_ema.py", "-k", "eval_only"),
+    ),
+    Mutant(
         "finished-run-leaves-metrics-missing",
         "a finished run started again puts back a missing metrics.csv",
         TRAIN,

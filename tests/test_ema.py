@@ -9,12 +9,16 @@ import importlib
 import pytest
 import torch
 
-from tests.helpers import inside, render
+from tests.helpers import TINY_RUN, inside, read_metrics, render, train
 
 
 @pytest.fixture(scope="module")
-def ema_class(template, tmp_path_factory):
-    project = render(template, tmp_path_factory.mktemp("ema") / "p", extras=["ema"])
+def project(template, tmp_path_factory):
+    return render(template, tmp_path_factory.mktemp("ema") / "p", extras=["ema"])
+
+
+@pytest.fixture(scope="module")
+def ema_class(project):
     with inside(project):
         yield importlib.import_module("proj.ema").EMA
 
@@ -58,3 +62,20 @@ def test_the_average_resumes_where_it_was(ema_class):
     ema.update(model)
     restored.update(model)
     assert torch.equal(restored.module.weight, ema.module.weight)
+
+
+def test_eval_only_reports_the_average_beside_the_weights(project, tmp_path, capsys):
+    """--eval-only of a checkpoint reports its weights' and its average's validation metrics,
+    the numbers its run logged for that epoch (the average's chose best.pt)."""
+    flags = [*TINY_RUN, "--model", "mlp", "--ema-decay", "0.5", "--out-dir", str(tmp_path)]
+    train(project, *flags, "--epochs", "1")
+    logged = read_metrics(tmp_path)[-1]
+    assert logged["ema_val_loss"] != logged["val_loss"]
+    capsys.readouterr()
+    train(project, *flags, "--eval-only")
+    shown = capsys.readouterr().out.strip().splitlines()[-1].split()
+    assert shown[-1] == f"({tmp_path / 'last.pt'})"
+    values = dict(zip(shown[:-1:2], map(float, shown[1:-1:2]), strict=True))
+    assert values.keys() == {"val_loss", "val_acc", "ema_val_loss", "ema_val_acc"}
+    for name, value in values.items():
+        assert value == pytest.approx(logged[name], abs=1e-6), name
