@@ -1971,6 +1971,14 @@ MUTANTS = [
         ("tests/test_ema.py", "-k", "eval_only"),
     ),
     Mutant(
+        "notice-while-starting-lost",
+        "preemption: a SIGTERM while the run starts (ignored by a launcher) still stops it, saved",
+        TRAIN,
+        "{% if preemption %}@holding_signals",
+        "{% if preemption %}",
+        ("tests/test_resume.py", "-k", "notice_while"),
+    ),
+    Mutant(
         "finished-run-leaves-metrics-missing",
         "a finished run started again puts back a missing metrics.csv",
         TRAIN,

@@ -264,6 +264,64 @@ def test_a_restarted_job_goes_on_from_its_own_checkpoint(
     assert "resumed from" not in capsys.readouterr().out
 
 
+# train.py with its data set held while it loads, until a notice has come (30 s at most): the
+# run has started (main keeps the scheduler's notices) and its training has not.
+HELD_WHILE_LOADING = """
+import os, runpy, signal, sys, time
+from pathlib import Path
+
+sys.path.insert(0, os.getcwd())
+import proj.data as data
+
+real, marker = data.build_dataset, Path(sys.argv[1])
+
+
+def held(args):
+    from proj import preemption
+
+    marker.write_text(str(os.getpid()))
+    waited = time.monotonic()
+    while not preemption.early and time.monotonic() - waited < 30:
+        time.sleep(0.02)
+    return real(args)
+
+
+data.build_dataset = held
+sys.argv = ["train.py", *sys.argv[2:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def test_a_notice_while_the_run_starts_stops_it_after_its_first_step(project, tmp_path):
+    """A SIGTERM that comes while the data loads, to a process that inherited it ignored (as
+    scripts/launch.sh starts torchrun), is not lost: the run stops after its first step with
+    a checkpoint and exits with 75, for the scheduler to requeue it."""
+    marker, out = tmp_path / "loading", tmp_path / "out"
+    flags = [*RUN, "--workers", "0", "--model", "mlp", "--out-dir", str(out)]
+
+    def ignored():
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+    cmd = [sys.executable, "-c", HELD_WHILE_LOADING, str(marker), *flags]
+    process = subprocess.Popen(
+        cmd, cwd=project, preexec_fn=ignored, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=300)
+    finally:
+        process.kill()
+    assert process.returncode == 75, err.decode()
+    assert err.decode().strip().splitlines()[-1] == (
+        f"SIGTERM: stopped at epoch 1, step 1; checkpoint saved in {out}: run the same "
+        "command to resume"
+    )
+    assert torch.load(out / "last.pt", weights_only=True)["progress"]["step"] == 1
+
+
 @pytest.mark.parametrize(
     ("given", "again"),
     [
@@ -469,6 +527,7 @@ def test_an_average_missing_from_the_checkpoint_starts_from_the_loaded_weights(
     run(PY, "train.py", *flags, "--epochs", "1", cwd=project)
     saved = torch.load(tmp_path / "last.pt", weights_only=True)
     saved["ema"] = None
+    del saved["args"]["ema_decay"]  # as a project without the extra wrote it
     torch.save(saved, tmp_path / "older.pt")
     averaged_from, decays = [], set()
     with inside(project):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import functools
 import math
+import os
 import shutil
 import signal
 import subprocess
@@ -410,7 +411,8 @@ def test_checkpoints_hold_only_what_weights_only_loads(project, checkpoint):
     (--amp as settled: off on a CPU), metrics.csv's rows."""
     state = torch.load(checkpoint, weights_only=True)  # raises on anything but plain data
     parts = ["model", "optimizer", "scheduler", "progress", "rng", "sums", "guard", "args"]
-    assert sorted(state) == sorted([*parts, "format", "classes"])
+    assert sorted(state) == sorted([*parts, "format", "classes", "job"])
+    assert state["job"] == os.environ.get("SLURM_JOB_ID")  # the job that wrote it: none here
     assert (state["format"], state["classes"]) == (2, ["SGD", "LambdaLR"])
     progress = state["progress"]
     assert (progress["epoch"], progress["batch"], progress["step"]) == (1, 0, 6)
