@@ -201,8 +201,8 @@ def script_exit(project: Path, *flags) -> tuple[int | str | None, str]:
     return 0, stderr.getvalue()
 
 
-def read_metrics(out_dir: Path) -> list[dict]:
-    with (out_dir / "metrics.csv").open(newline="") as f:
+def read_metrics(out_dir: Path, name: str = "metrics.csv") -> list[dict]:
+    with (out_dir / name).open(newline="") as f:
         return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]
 
 

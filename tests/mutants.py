@@ -458,9 +458,25 @@ MUTANTS = [
     Mutant(
         "metrics-history-not-checkpointed",
         "metrics.csv keeps every epoch across resumes: the checkpoints hold its rows",
+        TRAIN,
+        "        progress.history.append(row)",
+        "        run.logger.history = [*run.logger.history, row]",
+        ("tests/test_metrics_history.py", "-k", "damaged"),
+    ),
+    Mutant(
+        "metrics-row-before-the-save",
+        "a run stopped at a save (non-finite steps) adds no row to metrics.csv",
+        TRAIN,
+        "        progress.history.append(row)\n",
+        "        progress.history.append(row)\n        run.logger.log(row)\n",
+        ("tests/test_robustness.py", "-k", "non_finite_losses_stop"),
+    ),
+    Mutant(
+        "metrics-behind-the-checkpoint-kept-aside",
+        "a metrics.csv behind its checkpoint (a kill before it was written) is the run's own",
         LOGGER,
-        "        self.history.append(row)",
-        "        self.history = [*self.history, row]",
+        "(ours.startswith(written) or past)",
+        "past",
         ("tests/test_metrics_history.py", "-k", "damaged"),
     ),
     Mutant(

@@ -63,7 +63,9 @@ def resumed(project, two_epochs, tmp_path, change) -> list[dict]:
 DAMAGE = {
     "missing": lambda path: path.unlink(),
     "empty": lambda path: path.write_text(""),  # as a kill while it was rewritten in place
-    "torn": lambda path: path.write_text(path.read_text()[:100]),
+    "torn": lambda path: path.write_bytes(path.read_bytes()[:100]),
+    # a kill between the checkpoint and the file: its last row not written yet
+    "behind": lambda path: path.write_bytes(b"".join(path.read_bytes().splitlines(True)[:2])),
 }
 
 
@@ -75,6 +77,7 @@ def test_a_damaged_metrics_file_is_written_again_from_the_checkpoint(
     rows = resumed(project, two_epochs, tmp_path, damage)
     assert rows[:2] == before  # the same numbers, to the last digit
     assert [row["epoch"] for row in rows] == [1, 2, 3]
+    assert not (tmp_path / "out/metrics.csv.bak").exists()  # what the run lost, not an edit
 
 
 def test_a_finished_run_started_again_puts_back_its_metrics_file(

@@ -458,6 +458,10 @@ def test_non_finite_losses_stop_the_run_and_keep_the_last_good_checkpoint(
         "before them. Try a lower --lr or --clip-grad, or look for NaN or inf in the data"
     ), lines
     assert (out / "last.pt").read_bytes() == good
+    # No row of the stopped run, whose epoch ended (--log-interval 50) but saved nothing: the
+    # earlier run's rows, not this one's (--fresh), were kept aside as it started.
+    assert not (out / "metrics.csv").exists()
+    assert [row["epoch"] for row in read_metrics(out, "metrics.csv.bak")] == [1]
 
 
 def test_non_finite_losses_are_skipped_and_counted(project, tmp_path):
