@@ -332,7 +332,8 @@ def test_evaluation_counts_every_sample_once(ddp_project, single_project, tmp_pa
     assert len(ddp_line) == 1, ddp
     # The same samples, each counted once: the same accuracy, and the same loss up to the
     # rounding of float32 sums taken over other batches.
-    (ddp_loss, ddp_acc), (loss, acc) = (line.split()[1::2] for line in (ddp_line[0], single))
+    # val_loss and val_acc come first (the single project's EMA, ema_val_*, after them).
+    (ddp_loss, ddp_acc), (loss, acc) = (line.split()[1:4:2] for line in (ddp_line[0], single))
     assert ddp_acc == acc, (ddp_line, single)
     assert float(ddp_loss) == pytest.approx(float(loss), rel=1e-5), (ddp_line, single)
     # Both are the metrics computed here by hand from the checkpoint: every validation image
