@@ -427,13 +427,15 @@ def test_a_model_that_does_not_fit_the_data_is_one_line(projects, capsys, tmp_pa
 
 
 def test_the_built_in_mlp_takes_scalar_inputs(projects):
-    """A data set of one number per item (DataInfo.input_shape ()) fits the built-in mlp."""
+    """A data set of one number per item (DataInfo.input_shape ()) fits the built-in mlp, and
+    model_problem, which finds so, leaves the model in train mode."""
     with inside(projects["tensors"]):
         from proj import data, models
 
         info = data.DataInfo(3, ())
         model = models.build_model("mlp", info)
         assert models.model_problem(model, info, torch.device("cpu")) is None
+        assert model.training  # the check leaves the model's mode as it found it
         inputs = torch.randn(5)
         expected = model.net[1:](inputs[:, None])  # its layers after Flatten, on (N, 1)
         assert torch.equal(model(inputs), expected) and expected.shape == (5, 3)
