@@ -130,6 +130,14 @@ MUTANTS = [
         ("tests/test_ddp.py", "-k", "move_between"),
     ),
     Mutant(
+        "out-dir-in-use-stops-rank-0-alone",
+        "when another run holds --out-dir, every process of a torchrun job stops with one line",
+        TRAIN,
+        "    if problem := all_gather(holds and hold_out_dir(out_dir))[0]:  # every process stops",
+        "    if problem := holds and hold_out_dir(out_dir):",
+        ("tests/test_ddp.py", "-k", "out_dir_in_use"),
+    ),
+    Mutant(
         "restarted-job-starts-over",
         "a job that torchrun restarts or SLURM requeues goes on from its own last.pt",
         TRAIN,

@@ -28,6 +28,7 @@ from tests.helpers import (
 )
 from tests.test_device_data import as_process
 from tests.test_matrix import OTHER_ANSWERS, check_nothing_left_out
+from tests.test_robustness import HOLD_LOCK
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 RUNNER = os.path.join(os.path.dirname(__file__), "ddp_runner.py")
@@ -425,6 +426,28 @@ def test_exception_in_one_rank_fails_the_job_naming_it(ddp_project, tmp_path):
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert f"rank 1: error: {bad}: not a readable checkpoint" in output
+
+
+def test_an_out_dir_in_use_stops_every_process_with_one_line(ddp_project, tmp_path):
+    """Rank 0 alone locks --out-dir; when another run holds it, every process stops with the
+    same line and exit 2, none of them waiting in a collective for rank 0 to die."""
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(out / ".lock")], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        result = torchrun(ddp_project, *QUICK, "--out-dir", out, check=False, timeout=180)
+    finally:
+        holder.kill()
+        holder.wait()
+    output = result.stdout + result.stderr
+    line = f"train.py: error: argument --out-dir: another run is using {out}; wait or pick another"
+    assert output.count(line) == 2, output
+    assert output.count("exitcode  : 2") == 2, output  # torchrun's report of both ranks
+    assert 'train.py", line' not in output  # no traceback of a process (torchrun has its own)
+    assert sorted(p.name for p in out.iterdir()) == [".lock"]
 
 
 @pytest.mark.parametrize(
