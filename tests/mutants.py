@@ -138,6 +138,22 @@ MUTANTS = [
         ("tests/test_ddp.py", "-k", "out_dir_in_use"),
     ),
     Mutant(
+        "ctrl-c-under-launch-sh-reaches-torchrun",
+        "Ctrl-C under scripts/launch.sh checkpoints, stops and exits with 130",
+        LAUNCH,
+        "set -m  # torchrun in a process group of its own: a terminal's Ctrl-C reaches this script",
+        "",
+        ("tests/test_resume.py", "-k", "launch_sh and SIGINT"),
+    ),
+    Mutant(
+        "ctrl-c-under-launch-sh-fails-torchrun",
+        "Ctrl-C under scripts/launch.sh checkpoints, stops and exits with 130",
+        PREEMPTION,
+        '        if os.environ.get("REQUEUE_FILE"):',
+        '        if os.environ.get("REQUEUE_FILE") and exit_code == REQUEUE_EXIT:',
+        ("tests/test_resume.py", "-k", "launch_sh and SIGINT"),
+    ),
+    Mutant(
         "restarted-job-starts-over",
         "a job that torchrun restarts or SLURM requeues goes on from its own last.pt",
         TRAIN,

@@ -368,14 +368,20 @@ def test_ddp_preempted_then_resumed_is_bit_identical(ddp_project, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("sig", "whom"),
-    [("SIGTERM", "script"), ("SIGUSR1", "group"), ("SIGTERM", "every process")],
+    [
+        ("SIGTERM", "script"),
+        ("SIGUSR1", "group"),
+        ("SIGTERM", "every process"),
+        ("SIGINT", "group"),
+    ],
 )
 def test_launch_sh_passes_a_preemption_on_whoever_is_signalled(ddp_project, tmp_path, sig, whom):
     """scripts/launch.sh with loader workers, signalled as a scheduler may do it: the script
     alone (a batch shell), its process group (job control), or every process of the job
-    (torchrun, the training processes and their loader workers, as a job step is). The
-    training processes checkpoint at the signal, nothing prints a traceback, and the script
-    exits with 75; run again, it resumes and completes."""
+    (torchrun, the training processes and their loader workers, as a job step is), or
+    Ctrl-C in its terminal (SIGINT to its process group). The training processes checkpoint
+    at the signal, nothing prints a traceback, and the script exits with 75 (130 after
+    Ctrl-C); run again, it resumes and completes."""
     out = tmp_path / "out"
     flags = [*RUN, "--workers", "2", "--data-on-device", "off", "--out-dir", out]
     marker = tmp_path / "held"
@@ -409,7 +415,7 @@ def test_launch_sh_passes_a_preemption_on_whoever_is_signalled(ddp_project, tmp_
     finally:
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
-    assert job.returncode == REQUEUE_EXIT, output[-3000:]
+    assert job.returncode == (130 if sig == "SIGINT" else REQUEUE_EXIT), output[-3000:]
     assert "Traceback" not in output and "FAILED" not in output, output[-3000:]
     # No restart of a failed job unless MAX_RESTARTS asks: a failure is not a preemption.
     assert re.search(r"max_restarts +: 0\n", output), output[:3000]
