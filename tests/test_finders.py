@@ -207,7 +207,8 @@ def test_resume_reuses_the_batch_size_and_lr_found_at_the_start(projects, capsys
 
 def test_resume_with_batch_size_auto_scales_the_lr_as_the_start_did(projects, capsys, tmp_path):
     """The batch found at the start scaled --lr by the linear rule: the same command resumes
-    with the same lr; another --lr is refused, naming both as the run would use them."""
+    with the same lr, and so does one without --lr; another --lr is refused, naming both as
+    the run would use them."""
     project = projects("sgd")  # reference batch 16
     flags = [*FAST, "--batch-size", "auto", "--max-batch-size", "64", "--out-dir", tmp_path]
     main(project, *flags, "--lr", "0.02", "--epochs", "1")
@@ -215,8 +216,11 @@ def test_resume_with_batch_size_auto_scales_the_lr_as_the_start_did(projects, ca
     assert "resumed from" in capsys.readouterr().out
     checkpoint = torch.load(tmp_path / "last.pt", weights_only=True)
     assert (checkpoint["args"]["batch_size"], checkpoint["args"]["lr"]) == (64, 0.02 * 64 / 16)
+    main(project, *flags, "--epochs", "3")  # no --lr: the checkpoint's, not the default's
+    checkpoint = torch.load(tmp_path / "last.pt", weights_only=True)
+    assert (checkpoint["progress"]["epoch"], checkpoint["args"]["lr"]) == (3, 0.02 * 64 / 16)
     with pytest.raises(SystemExit) as refused:
-        main(project, *flags, "--lr", "0.05", "--epochs", "3")
+        main(project, *flags, "--lr", "0.05", "--epochs", "4")
     assert refused.value.code == (
         f"error: {tmp_path / 'last.pt'}: resuming goes on with the checkpoint's --lr "
         f"{0.02 * 64 / 16} (given {0.05 * 64 / 16}); to change it, start a new schedule "

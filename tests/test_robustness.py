@@ -17,6 +17,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from tests.helpers import TINY_RUN, inside, read_metrics, render, run, script_exit, train
+from tests.test_resume import same_training
 
 PY = sys.executable
 
@@ -349,6 +350,26 @@ def test_flags_a_resume_cannot_take_are_refused_naming_them(
         f"--init-weights {checkpoint} --fresh"
     )
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [".lock"]
+
+
+def test_a_resume_that_leaves_out_flags_the_checkpoint_holds_goes_on_with_them(project, tmp_path):
+    """--lr, an optimizer flag and --seed that a command leaves out take the checkpoint's
+    values, as if it gave them (a default is not a value given: no refusal); a new schedule
+    takes their defaults, but the seed."""
+    held = ["--lr", "0.05", "--momentum", "0.8", "--seed", "3"]
+    first = tmp_path / "first"
+    run(PY, "train.py", *TINY_RUN, *held, "--epochs", "1", "--out-dir", first, cwd=project)
+    resume(project, first / "last.pt", tmp_path / "given", *held)
+    resume(project, first / "last.pt", tmp_path / "left-out")
+    same_training(tmp_path / "given/last.pt", tmp_path / "left-out/last.pt")
+    saved = torch.load(tmp_path / "left-out/last.pt", weights_only=True)["args"]
+    assert (saved["lr"], saved["momentum"], saved["seed"]) == (0.05, 0.8, 3)
+    # A new schedule takes the defaults of what it leaves out, but the seed.
+    resume(
+        project, first / "last.pt", tmp_path / "new", "--epochs", "3", "--more-epochs", "restart"
+    )
+    saved = torch.load(tmp_path / "new/last.pt", weights_only=True)["args"]
+    assert (saved["lr"], saved["momentum"], saved["seed"]) == (0.2, 0.9, 3)
 
 
 def test_a_new_schedule_takes_new_optimizer_flags(project, checkpoint, tmp_path):
