@@ -178,6 +178,14 @@ MUTANTS = [
         ("tests/test_robustness.py", "-k", "leaves_out"),
     ),
     Mutant(
+        "tensorboard-missing-is-a-traceback",
+        "a missing tensorboard package stops the run in one line naming it",
+        LOGGER,
+        '            raise UserError("TensorBoard needs its package: pip install tensorboard") from None',
+        "            raise",
+        ("tests/test_robustness.py", "-k", "tensorboard_missing"),
+    ),
+    Mutant(
         "restarted-job-starts-over",
         "a job that torchrun restarts or SLURM requeues goes on from its own last.pt",
         TRAIN,

@@ -900,3 +900,25 @@ def test_download_without_a_network_is_one_line(project, tmp_path, monkeypatch):
         f"cifar10: cannot download into {tmp_path} "
         "([Errno -3] Temporary failure in name resolution)"
     )
+
+
+WITHOUT_TENSORBOARD = """
+import runpy, sys
+sys.modules["tensorboard"] = None  # as if it were not installed
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def test_tensorboard_missing_is_one_line_naming_the_package(template, tmp_path):
+    """With the tensorboard extra but no tensorboard package, the run stops in one line that
+    says what to install, before its first epoch, not with an import's traceback."""
+    project = render(template, tmp_path / "p", extras=["tensorboard"])
+    out = tmp_path / "out"
+    flags = [*TINY_RUN, "--out-dir", out]
+    result = run(PY, "-c", WITHOUT_TENSORBOARD, *flags, cwd=project, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: TensorBoard needs its package: pip install tensorboard"
+    ]
+    assert not (out / "last.pt").exists()
