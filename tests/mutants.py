@@ -141,8 +141,8 @@ MUTANTS = [
         "ctrl-c-under-launch-sh-reaches-torchrun",
         "Ctrl-C under scripts/launch.sh checkpoints, stops and exits with 130",
         LAUNCH,
-        "set -m  # torchrun in a process group of its own: a terminal's Ctrl-C reaches this script",
-        "",
+        "args+=(--signals-to-handle=SIGHUP,SIGQUIT)",
+        "args+=(--signals-to-handle=SIGINT,SIGHUP,SIGQUIT)",
         ("tests/test_resume.py", "-k", "launch_sh and SIGINT"),
     ),
     Mutant(
@@ -181,9 +181,18 @@ MUTANTS = [
         "tensorboard-missing-is-a-traceback",
         "a missing tensorboard package stops the run in one line naming it",
         LOGGER,
-        '            raise UserError("TensorBoard needs its package: pip install tensorboard") from None',
+        '            raise UserError("TensorBoard needs its package: pip install tensorboard")'
+        " from None",
         "            raise",
         ("tests/test_robustness.py", "-k", "tensorboard_missing"),
+    ),
+    Mutant(
+        "early-ctrl-c-under-launch-sh-is-lost",
+        "a Ctrl-C under scripts/launch.sh before training began stops the run with 130",
+        PREEMPTION,
+        '                raise Stopped("interrupted before training began", exit_code=0)',
+        "                pass",
+        ("tests/test_resume.py", "-k", "launch_sh and before_training"),
     ),
     Mutant(
         "restarted-job-starts-over",

@@ -429,6 +429,40 @@ def test_launch_sh_passes_a_preemption_on_whoever_is_signalled(ddp_project, tmp_
 
 
 @pytest.mark.slow
+def test_launch_sh_stops_on_a_ctrl_c_that_comes_before_training(ddp_project, tmp_path):
+    """Ctrl-C while torchrun starts, before the training processes exist (torchrun ignores it
+    for them): the script notes it, the processes stop as they begin, without a traceback,
+    and the script exits with 130, having trained nothing."""
+    out = tmp_path / "out"
+    env = {**os.environ, "PATH": f"{Path(PY).parent}:{os.environ['PATH']}", "NPROC_PER_NODE": "2"}
+    job = subprocess.Popen(
+        ["scripts/launch.sh", *map(str, [*RUN, "--workers", "0", "--out-dir", out])],
+        cwd=ddp_project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not any(b"torchrun" in Path(f"/proc/{pid}/cmdline").read_bytes()
+                      for pid in descendants(job.pid)):  # fmt: skip
+            assert job.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.2)  # torchrun is importing torch: its processes are seconds away
+        assert len(descendants(job.pid)) == 1
+        os.killpg(job.pid, signal.SIGINT)
+        output = job.communicate(timeout=150)[0].decode()
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert job.returncode == 130, output[-3000:]
+    assert "Traceback" not in output and "FAILED" not in output, output[-3000:]
+    assert output.count("interrupted before training began") == 2, output[-3000:]
+    assert not (out / "last.pt").exists()
+
+
+@pytest.mark.slow
 def test_torchrun_restarts_a_killed_rank_and_the_run_completes(ddp_project, tmp_path):
     out = tmp_path / "out"
     marker = tmp_path / "paused"
