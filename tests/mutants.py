@@ -195,6 +195,14 @@ MUTANTS = [
         ("tests/test_resume.py", "-k", "launch_sh and before_training"),
     ),
     Mutant(
+        "guard-blames-the-data-after-a-resume",
+        "after a resume, the guard's stop does not say the first loss came before any update",
+        GUARD,
+        "        self.resumed = True\n",
+        "",
+        ("tests/test_data_mistakes.py", "-k", "from_a_resume"),
+    ),
+    Mutant(
         "restarted-job-starts-over",
         "a job that torchrun restarts or SLURM requeues goes on from its own last.pt",
         TRAIN,

@@ -226,6 +226,28 @@ def test_a_loss_not_finite_from_the_start_stops_without_blaming_the_lr(
     assert not list(out.glob("*.pt"))
 
 
+def test_a_loss_not_finite_from_a_resume_on_is_not_before_any_update(
+    projects, capsys, tmp_path, monkeypatch
+):
+    """Resumed, the model has had its updates: the guard's stop after bad steps from the
+    resume on does not say the first loss came before any update."""
+    out = tmp_path / "out"
+    flags = [*FLAGS["images"], "--log-interval", "2", "--max-bad-steps", "2", "--out-dir", str(out)]
+    with inside(projects["images"]):
+        sys.argv = ["train.py", *TINY_RUN, *flags, "--epochs", "1"]
+        runpy.run_path("train.py", run_name="__main__")
+    cross_entropy = F.cross_entropy
+    monkeypatch.setattr(F, "cross_entropy", lambda *a, **k: cross_entropy(*a, **k) * math.nan)
+    assert refusal(projects["images"], capsys, *flags) == (
+        1,
+        [
+            f"2 optimizer steps in a row had a non-finite loss; the last checkpoint in {out} "
+            "is from before them. Try a lower --lr or --clip-grad, or look for NaN or inf in "
+            "the data"
+        ],
+    )
+
+
 def test_checking_the_data_leaves_the_random_state_alone(projects):
     """The sample's augmentation draws from a random state of its own: the model's first
     weights do not depend on the check."""
