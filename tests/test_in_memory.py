@@ -149,6 +149,65 @@ def test_float64_inputs_and_targets_reach_the_model_as_float32(modules, tmp_path
     assert len(read_metrics(tmp_path)) == 1
 
 
+class BagOfTokens(torch.nn.Module):
+    """Token ids into an embedding, averaged; notes the dtypes of the inputs it is given."""
+
+    def __init__(self, info):
+        super().__init__()
+        self.embed = torch.nn.Embedding(50, 16)
+        self.out = torch.nn.Linear(16, info.num_classes)
+        self.seen: set[torch.dtype] = set()
+
+    def forward(self, tokens):
+        self.seen.add(tokens.dtype)
+        return self.out(self.embed(tokens).mean(1))
+
+
+@pytest.mark.parametrize("path", ["whole batches", "loader"])
+def test_token_ids_reach_an_embedding_as_they_are(modules, tmp_path, path):
+    """With DataInfo(dtype=torch.int64), token ids reach the model as int64 in the model's
+    check, the batch-size search, training and evaluation, and it learns from them (the
+    class: whether most of an item's 12 tokens are below 25)."""
+    data, train = modules
+    tokens = torch.randint(50, (1200, 12), generator=torch.Generator().manual_seed(0))
+    targets = ((tokens < 25).sum(1) > 6).long()
+    train_set = TensorDataset(tokens[:1000], targets[:1000])
+    train_set = train_set if path == "whole batches" else ItemByItem(train_set)
+    info = data.DataInfo(num_classes=2, input_shape=(12,), dtype=torch.int64)
+    models = []
+
+    def build_model(name, info):
+        models.append(BagOfTokens(info))
+        return models[-1]
+
+    def build(args):
+        return train_set, TensorDataset(tokens[1000:], targets[1000:]), info
+
+    flags = [
+        "--device",
+        "cpu",
+        "--epochs",
+        "15",
+        "--lr",
+        "2",
+        "--batch-size",
+        "auto",
+        "--workers",
+        "0",
+    ]
+    with (
+        unittest.mock.patch.object(train, "build_dataset", build),
+        unittest.mock.patch.object(train, "build_model", build_model),
+    ):
+        train.main([*flags, "--out-dir", str(tmp_path)])
+    assert models[0].seen == {torch.int64}
+    assert read_metrics(tmp_path)[-1]["val_acc"] > 90
+    # Normalised inputs are floats: a mean with an integer dtype is refused.
+    problem = data.DataInfo(2, (12,), mean=(0.0,) * 12, std=(1.0,) * 12, dtype=torch.int64)
+    with pytest.raises(data.DataError, match="its dtype is torch.int64"):
+        data.check_info(train_set, problem, "tokens")
+
+
 def test_a_run_stopped_part_way_resumes_bit_identically(modules, tmp_path):
     """The built-in signals, trained by whole batches of 16 in windows of 2 (5 batches, 3
     optimizer steps an epoch), stopped after step 2 (its own SIGUSR1, at batch 4 of 5) and
@@ -161,6 +220,40 @@ def test_a_run_stopped_part_way_resumes_bit_identically(modules, tmp_path):
     stop_at_step(train, [*flags, "--out-dir", str(out)], 2)
     assert checkpoint_step(out / "last.pt") == 2
     train.main([*flags, "--out-dir", str(out)])
+    same_training(whole / "last.pt", out / "last.pt")
+
+
+def test_the_loader_path_with_workers_and_dropout_resumes_bit_identically(modules, tmp_path):
+    """Item by item, with a loader process and a model with dropout (it draws from the global
+    RNG), stopped in the second epoch and resumed: the same training as an unbroken run. The
+    loaders' workers draw nothing from that RNG, the validation loader's either, which starts
+    its workers at its first use: after the checkpoint in the stopped run, before it in the
+    unbroken one."""
+    _, train = modules
+    flags = ["--device", "cpu", "--synthetic-size", "80", "--epochs", "3", "--workers", "1"]
+    flags += ["--batch-size", "16", "--log-interval", "1", "--model", "mlp"]
+    built = train.build_dataset
+
+    def build(args):
+        train_set, val_set, info = built(args)
+        return ItemByItem(train_set), ItemByItem(val_set), info
+
+    def with_dropout(name, info):
+        hidden = torch.nn.Linear(64, 32)
+        return torch.nn.Sequential(
+            torch.nn.Flatten(), hidden, torch.nn.ReLU(), torch.nn.Dropout(0.3),
+            torch.nn.Linear(32, info.num_classes),
+        )  # fmt: skip
+
+    whole, out = tmp_path / "whole", tmp_path / "stopped"
+    with (
+        unittest.mock.patch.object(train, "build_dataset", build),
+        unittest.mock.patch.object(train, "build_model", with_dropout),
+    ):
+        train.main([*flags, "--out-dir", str(whole)])
+        stop_at_step(train, [*flags, "--out-dir", str(out)], 7)  # epoch 2: 5 steps an epoch
+        assert checkpoint_step(out / "last.pt") == 7
+        train.main([*flags, "--out-dir", str(out)])
     same_training(whole / "last.pt", out / "last.pt")
 
 
