@@ -243,6 +243,14 @@ MUTANTS = [
         ("tests/test_in_memory.py", "-k", "workers_and_dropout"),
     ),
     Mutant(
+        "batch-size-search-flattens-targets",
+        "the batch-size search samples targets of every shape as the loader stacks them",
+        FINDERS,
+        "    return inputs, torch.stack([torch.as_tensor(y) for _, y in items])",
+        "    return inputs, torch.as_tensor([y for _, y in items])",
+        ("tests/test_finders.py", "-k", "every_shape"),
+    ),
+    Mutant(
         "restarted-job-starts-over",
         "a job that torchrun restarts or SLURM requeues goes on from its own last.pt",
         TRAIN,

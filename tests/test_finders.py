@@ -432,3 +432,16 @@ def test_batch_size_auto_stops_at_a_real_memory_limit_and_scales_the_lr(projects
     largest, failed = map(int, re.search(r"(\d+) fit, (\d+) ran out of memory", line).groups())
     batch, lr = found(line)
     assert failed == 2 * largest <= 512 and batch == largest // 2, line
+
+
+def test_the_batch_size_search_samples_targets_of_every_shape(projects):
+    """The search's sample stacks targets as the loader does: class indices into (N,), a
+    regression's vectors into (N, k), never flattened."""
+    with inside(projects("sgd")):
+        from proj.finders import sample
+
+    inputs = torch.randn(10, 4)
+    for targets in (torch.arange(10), torch.randn(10, 1), torch.randn(10, 3, dtype=torch.float64)):
+        items = [(x, y.item() if y.ndim == 0 else y) for x, y in zip(inputs, targets, strict=True)]
+        got = sample(items, count=8)
+        assert torch.equal(got[0], inputs[:8]) and torch.equal(got[1], targets[:8])
