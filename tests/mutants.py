@@ -251,6 +251,22 @@ MUTANTS = [
         ("tests/test_finders.py", "-k", "every_shape"),
     ),
     Mutant(
+        "torchvision-side-heads-kept",
+        "googlenet and inception_v3 are built without their side heads",
+        f"{PKG}/models.py.jinja",
+        """    options = {"aux_logits": False} if name in ("googlenet", "inception_v3") else {}""",
+        "    options = {}",
+        ("tests/test_models.py", "-k", "side_heads"),
+    ),
+    Mutant(
+        "named-terms-must-be-tensors",
+        "compute_loss's named terms may be plain numbers",
+        METRICS,
+        "        terms = [torch.as_tensor(term, device=loss.device) for term in terms.values()]",
+        "        terms = list(terms.values())",
+        ("tests/test_metrics_history.py", "-k", "plain_numbers"),
+    ),
+    Mutant(
         "restarted-job-starts-over",
         "a job that torchrun restarts or SLURM requeues goes on from its own last.pt",
         TRAIN,

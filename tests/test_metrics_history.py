@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.helpers import TINY_RUN, read_metrics, render, train
+from tests.helpers import TINY_RUN, inside, read_metrics, render, train
 
 RUN = [*TINY_RUN, "--model", "mlp", "--deterministic"]
 
@@ -214,3 +214,17 @@ def test_outputs_take_the_mode_the_umask_gives(two_epochs):
     os.umask(umask)
     for name in ("last.pt", "best.pt", "metrics.csv"):
         assert (two_epochs[0] / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+
+
+def test_named_terms_may_be_plain_numbers(project):
+    """compute_loss's terms may be tensors or plain numbers (a weight, a count): each epoch
+    logs their means alike."""
+    with inside(project):
+        from proj.metrics import TrainMetrics
+
+    metrics = TrainMetrics(torch.device("cpu"))
+    for loss, term in ((1.0, 3.0), (2.0, 5.0)):
+        metrics.add(torch.tensor(loss), {"term": torch.tensor(term), "weight": 0.5, "count": 2})
+    assert metrics.means() == {
+        "train_loss": 1.5, "train_term": 4.0, "train_weight": 0.5, "train_count": 2.0
+    }  # fmt: skip

@@ -44,3 +44,14 @@ def test_residual_branches_start_at_zero_and_learn(models):
         ]
         assert moved == [[step == 1] * 2] * 3, (step, moved)
         assert all(b.bn2.weight.any() for b in blocks)
+
+
+def test_torchvision_models_with_side_heads_give_their_outputs_alone(models):
+    """googlenet (and inception_v3) return their side heads' outputs too, in training: built
+    without them, they give the (N, classes) outputs the loss takes, in both modes."""
+    from proj.data import DataInfo
+
+    model = models.build_model("googlenet", DataInfo(7, (3, 32, 32)))
+    for training in (True, False):
+        outputs = model.train(training)(torch.zeros(2, 3, 32, 32))
+        assert type(outputs) is torch.Tensor and outputs.shape == (2, 7)
