@@ -267,6 +267,14 @@ MUTANTS = [
         ("tests/test_metrics_history.py", "-k", "plain_numbers"),
     ),
     Mutant(
+        "hint-after-lr-auto-says-try-auto",
+        "a run whose lr --lr auto chose is told a rate to try, not the sweep again",
+        SCHEDULE,
+        "        self.swept = swept  # the lr is --lr auto's: a rate to try, not the sweep again",
+        "        self.swept = False",
+        ("tests/test_schedules.py", "-k", "lr_auto_names_a_rate"),
+    ),
+    Mutant(
         "restarted-job-starts-over",
         "a job that torchrun restarts or SLURM requeues goes on from its own last.pt",
         TRAIN,

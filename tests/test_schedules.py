@@ -661,3 +661,19 @@ def test_a_short_run_trains_at_the_smaller_batch_and_its_resume_keeps_it(
     state = torch.load(tmp_path / "last.pt", map_location="cpu", weights_only=True)
     assert (state["args"]["batch_size"], state["progress"]["step"]) == (32, 19 * 46)
     assert "not 128" not in capsys.readouterr().out
+
+
+def test_the_hint_after_lr_auto_names_a_rate_not_the_sweep(project):
+    """A run whose lr --lr auto chose is told a rate to try (a tenth of it, here), not
+    --lr auto again; a run given its lr is told to try the sweep."""
+    with inside(project("warmup_cosine")):
+        from proj.schedule import HINT_STEPS, LrHint
+
+    for swept, flag in ((False, "auto"), (True, "0.2")):
+        hint = LrHint(True, swept)
+        for loss in [1.0] * HINT_STEPS + [2.0] * HINT_STEPS:  # it doubled: too high
+            hint.add(torch.tensor(loss))
+        assert hint.line(2 * HINT_STEPS, 1.5, 2.0) == (
+            f"--lr 2 looks too high: the training loss went from 1 to 2 in the first "
+            f"{2 * HINT_STEPS} steps; try --lr {flag}"
+        )
