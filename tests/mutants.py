@@ -275,6 +275,14 @@ MUTANTS = [
         ("tests/test_schedules.py", "-k", "lr_auto_names_a_rate"),
     ),
     Mutant(
+        "help-without-defaults",
+        "train.py --help gives each flag's default (the answers)",
+        UTILS,
+        '        return f"{action.help} (default: %(default)s)"',
+        "        return action.help",
+        ("tests/test_questions.py", "-k", "help_gives"),
+    ),
+    Mutant(
         "restarted-job-starts-over",
         "a job that torchrun restarts or SLURM requeues goes on from its own last.pt",
         TRAIN,

@@ -307,6 +307,21 @@ def test_good_answers_are_accepted(template, tmp_path):
         assert flag_default in train_py, flag_default
 
 
+def test_help_gives_each_flags_default_the_answers(template, tmp_path):
+    """train.py --help shows every flag's default, and those of the questions are the
+    answers given."""
+    answers = {"workers": 3, "epochs": 7, "lr": 0.03, "label_smoothing": 0.1, "batch_size": 48}
+    dest = copy(template, tmp_path / "project", extras=[], **answers)
+    out = subprocess.run(
+        [sys.executable, "train.py", "--help"], cwd=dest, capture_output=True, text=True, check=True
+    ).stdout
+    flat = " ".join(out.split())
+    for flag, value in answers.items():
+        name = flag.replace("_", "-")
+        assert re.search(rf"--{name} {flag.upper()} [^-]*\(default: {value}\)", flat), flag
+    assert "--seed SEED random seed (default: 0)" in flat
+
+
 @pytest.mark.parametrize(("given", "value"), [("yes", True), ("False", False), (1, True)])
 def test_yes_no_answers_take_the_spellings_of_a_boolean(template, tmp_path, given, value):
     dest = copy(template, tmp_path / "project", compile=given)
