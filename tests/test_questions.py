@@ -277,6 +277,23 @@ def test_default_package_name_comes_from_the_project_name(
     assert f"from {package_name}.models import" in (dest / "train.py").read_text()
 
 
+@pytest.mark.parametrize(
+    ("data", "name", "description"),
+    [
+        ("images", "Image Classifier", "Image classification trained with PyTorch"),
+        ("tensors", "Classifier", "Classification of your own tensors, trained with PyTorch"),
+    ],
+)
+def test_the_default_name_and_description_follow_the_data(
+    template, tmp_path, data, name, description
+):
+    """A project of your own tensors is not called an image classifier by default."""
+    dest = copy(template, tmp_path / "project", data=data, extras=[])
+    answers = recorded_answers(dest)
+    assert (answers["project_name"], answers["description"]) == (name, description)
+    assert (dest / "train.py").read_text().startswith(f'"""Train {name}.\n\n{description}\n')
+
+
 def test_good_answers_are_accepted(template, tmp_path):
     answers = {
         "project_name": "Edge Cases",
