@@ -444,8 +444,7 @@ def test_an_out_dir_in_use_stops_every_process_with_one_line(ddp_project, tmp_pa
         holder.wait()
     output = result.stdout + result.stderr
     line = f"train.py: error: argument --out-dir: another run is using {out}; wait or pick another"
-    assert output.count(line) == 2, output
-    assert output.count("exitcode  : 2") == 2, output  # torchrun's report of both ranks
+    assert output.count(line) == 2, output  # each process's (torchrun may then end one)
     assert 'train.py", line' not in output  # no traceback of a process (torchrun has its own)
     assert sorted(p.name for p in out.iterdir()) == [".lock"]
 

@@ -365,6 +365,33 @@ def test_ddp_preempted_then_resumed_is_bit_identical(ddp_project, tmp_path):
     assert [math.isnan(row["samples_per_s"]) for row in read_metrics(out)] == [True, False]
 
 
+def launch_env(**extra: str) -> dict:
+    """The environment of scripts/launch.sh in these tests: 2 processes, this Python's torchrun."""
+    path = f"{Path(PY).parent}:{os.environ['PATH']}"
+    return {**os.environ, "PATH": path, "NPROC_PER_NODE": "2", **extra}
+
+
+def launch_sh(project, flags, env: dict) -> subprocess.Popen:
+    """scripts/launch.sh with train.py's `flags`, started as a terminal's shell starts a job:
+    leading a process group, with SIGINT and SIGQUIT at their defaults (a test run in the
+    background of a script inherits them ignored, and a script cannot trap what it was
+    started ignoring); its output, stderr too, on stdout."""
+
+    def as_a_job() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+    return subprocess.Popen(
+        ["scripts/launch.sh", *map(str, flags)],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=as_a_job,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("sig", "whom"),
@@ -385,17 +412,9 @@ def test_launch_sh_passes_a_preemption_on_whoever_is_signalled(ddp_project, tmp_
     out = tmp_path / "out"
     flags = [*RUN, "--workers", "2", "--data-on-device", "off", "--out-dir", out]
     marker = tmp_path / "held"
-    env = {**os.environ, "PATH": f"{Path(PY).parent}:{os.environ['PATH']}", "NPROC_PER_NODE": "2"}
-    env["PYTHONPATH"], env["HOLD_AT"] = str(SITE), f"4 {marker}"  # held before step 5
+    env = launch_env(PYTHONPATH=str(SITE), HOLD_AT=f"4 {marker}")  # held before step 5
     env["LOGLEVEL"] = "INFO"  # torchrun logs the configuration it was given
-    job = subprocess.Popen(
-        ["scripts/launch.sh", *map(str, flags)],
-        cwd=ddp_project,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    job = launch_sh(ddp_project, flags, env)
     try:
         deadline = time.monotonic() + 180
         while not all(Path(f"{marker}.{rank}").exists() for rank in range(2)):
@@ -434,15 +453,7 @@ def test_launch_sh_stops_on_a_ctrl_c_that_comes_before_training(ddp_project, tmp
     for them): the script notes it, the processes stop as they begin, without a traceback,
     and the script exits with 130, having trained nothing."""
     out = tmp_path / "out"
-    env = {**os.environ, "PATH": f"{Path(PY).parent}:{os.environ['PATH']}", "NPROC_PER_NODE": "2"}
-    job = subprocess.Popen(
-        ["scripts/launch.sh", *map(str, [*RUN, "--workers", "0", "--out-dir", out])],
-        cwd=ddp_project,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    job = launch_sh(ddp_project, [*RUN, "--workers", "0", "--out-dir", out], launch_env())
     try:
         deadline = time.monotonic() + 60
         while not any(b"torchrun" in Path(f"/proc/{pid}/cmdline").read_bytes()
