@@ -455,6 +455,36 @@ def lrs_by_step(project, out, *flags) -> list[float]:
     return lrs
 
 
+@pytest.mark.parametrize("scheduler", ["onecycle", "cosine_restarts"])
+def test_metrics_log_the_rate_of_each_epochs_last_step(project, scheduler, tmp_path):
+    """metrics.csv's lr is the rate the epoch's last optimizer step used: for OneCycle the end
+    of its anneal (not the rate one step past it), for restarts the cycle's floor (not the
+    next cycle's peak)."""
+    restarts = ["--warmup-steps", "0", "--restart-epochs", "1", "--restart-mult", "1"]
+    flags = ["--epochs", "3"] + (restarts if scheduler != "onecycle" else [])
+    used = []
+    with inside(project(scheduler)):
+        import train as project_train
+
+        real = project_train.train_step
+
+        def recorded(parts, *args):
+            used.append(parts.optimizer.param_groups[0]["lr"])
+            return real(parts, *args)
+
+        project_train.train_step = recorded
+        project_train.main([*MORE, *flags, "--out-dir", str(tmp_path)])
+    assert len(used) == 30
+    logged = [row["lr"] for row in read_metrics(tmp_path)]
+    assert logged == used[9::10]
+    if scheduler == "onecycle":  # the end of the anneal: lr / div_factor / final_div_factor
+        assert logged[-1] == pytest.approx(min(used)) and logged[-1] < 1e-4
+    else:  # each cycle's last step is 9/10 of the way down its cosine to lr / 100
+        floor = 0.005
+        end = floor + (0.5 - floor) * (1 + math.cos(math.pi * 9 / 10)) / 2
+        assert logged == pytest.approx([end] * 3)
+
+
 def test_more_epochs_continue_the_schedule_or_restart_it(project, tmp_path):
     """A finished 2-epoch cosine resumed with --epochs 4: by default it stays at its floor
     (the cosine does not stretch, so the learning rate does not jump back up); with
@@ -476,10 +506,11 @@ def test_more_epochs_continue_the_schedule_or_restart_it(project, tmp_path):
     assert (state["progress"]["schedule_start"], state["progress"]["schedule_epochs"]) == (2, 2)
     again = lrs_by_step(proj, tmp_path / "b", *flags, "--epochs", "5")  # goes on from there
     assert again == pytest.approx([0.005] * 10)
-    # metrics.csv logs the learning rate that each epoch's last step left (10 steps an epoch).
-    assert [row["lr"] for row in read_metrics(tmp_path / "a")] == first[9::10] + more[9::10]
+    # metrics.csv logs the learning rate of each epoch's last step (10 steps an epoch): the
+    # rate that the schedule left after the step before it.
+    assert [row["lr"] for row in read_metrics(tmp_path / "a")] == first[8::10] + more[8::10]
     logged = [row["lr"] for row in read_metrics(tmp_path / "b")]
-    assert logged == first[9::10] + restarted[9::10] + again[9::10]
+    assert logged == first[8::10] + restarted[8::10] + again[8::10]
     state["progress"].update(batch=3)
     torch.save(state, tmp_path / "part-way.pt")
     refused = "part-way through epoch 5; finish it with --epochs 4 first"

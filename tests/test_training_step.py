@@ -135,6 +135,16 @@ def test_a_cpu_trains_in_float32_unless_amp_asks(project, tmp_path, monkeypatch)
     assert state["args"]["amp"] == "off" and state["scaler"] == {}
 
 
+def test_fp16_asked_for_on_a_cpu_is_said_to_be_slow(project, tmp_path, capsys):
+    """CPUs have no fast float16 kernels (a small conv net's step here: 24x float32's time),
+    so --amp fp16 there says so once; bf16 and off say nothing."""
+    note = "note: --amp fp16 on a CPU is 10-20x slower than --amp off or bf16\n"
+    for amp in ("fp16", "bf16", "off"):
+        flags = [*FLAGS, "--synthetic-size", "32", "--amp", amp, "--epochs", "1"]
+        train_main(project, [*flags, "--out-dir", str(tmp_path / amp)])
+        assert capsys.readouterr().out.count(note) == (amp == "fp16"), amp
+
+
 def test_accumulated_micro_batches_step_as_one_large_batch(sgd_projects, tmp_path, monkeypatch):
     """Four micro-batches of 8 accumulated make the step that one batch of 32 makes: the
     loader path gives both the same images in the same order (augmentation is seeded per
