@@ -1728,6 +1728,14 @@ MUTANTS = [
         ("tests/test_schedules.py", "-k", "more_epochs"),
     ),
     Mutant(
+        "weights-of-another-model-unnamed",
+        "a checkpoint that does not fit --model names the model it was made with",
+        CHECKPOINT,
+        'detail += f"; they are of --model {made}" if made != name else ""',
+        "pass",
+        ("tests/test_robustness.py", "-k", "bad_checkpoints_get_one_line"),
+    ),
+    Mutant(
         "fp16-on-a-cpu-says-nothing",
         "--amp fp16 on a CPU says it is slow",
         TRAIN,

@@ -305,6 +305,8 @@ def test_bad_checkpoints_get_one_line_naming_the_file(project, checkpoint, tmp_p
         code, stderr = script_exit(project, *flags)
         assert isinstance(code, str) and stderr == "", (path, code, stderr)
         assert len(code.splitlines()) == 1 and code.startswith(f"error: {path}: {problem}"), code
+    made = torch.load(checkpoint, weights_only=True)["args"]["model"]  # the last case's
+    assert made != "mlp" and code.endswith(f"; they are of --model {made})"), code
 
 
 def resume(project, checkpoint, out, *flags: str) -> None:
