@@ -1736,6 +1736,14 @@ MUTANTS = [
         ("tests/test_robustness.py", "-k", "bad_checkpoints_get_one_line"),
     ),
     Mutant(
+        "evaluation-takes-the-short-run-batch",
+        "--eval-only without --batch-size takes the answer's batch and says nothing of steps",
+        TRAIN,
+        "saved = saved or (BATCH_SIZE if args.eval_only else None)",
+        "saved = saved or None",
+        ("tests/test_schedules.py", "-k", "smaller_batch_and_its_resume"),
+    ),
+    Mutant(
         "fp16-on-a-cpu-says-nothing",
         "--amp fp16 on a CPU says it is slow",
         TRAIN,

@@ -692,6 +692,14 @@ def test_a_short_run_trains_at_the_smaller_batch_and_its_resume_keeps_it(
     state = torch.load(tmp_path / "last.pt", map_location="cpu", weights_only=True)
     assert (state["args"]["batch_size"], state["progress"]["step"]) == (32, 19 * 46)
     assert "not 128" not in capsys.readouterr().out
+    # An evaluation takes no steps: its batch is the answer's, with nothing said of steps.
+    weights = ["--init-weights", str(tmp_path / "last.pt"), "--out-dir", str(tmp_path / "e")]
+    with inside(without_finders):
+        import train as project_train
+
+        project_train.main([*flags, "--eval-only", *weights])
+    said = capsys.readouterr().out
+    assert "steps" not in said and said.startswith("val_loss "), said
 
 
 def test_the_hint_after_lr_auto_names_a_rate_not_the_sweep(project):
