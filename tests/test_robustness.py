@@ -330,7 +330,7 @@ CHANGED_ON_RESUME = {
     ),
     "schedule flags": (
         ["--warmup-epochs", "0.5", "--min-lr", "0.001"],
-        "--warmup-epochs 1.0 (given 0.5), --min-lr None (given 0.001); to change them, start "
+        "--warmup-epochs None (given 0.5), --min-lr None (given 0.001); to change them, start "
         + NEW_SCHEDULE,
     ),
     "seed with a new schedule": (

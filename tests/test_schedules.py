@@ -145,12 +145,22 @@ def test_warmup_cosine_reaches_its_floor_at_the_last_step(project, min_lr_flags,
     assert close(lrs[warmup + 15], (args.lr + floor) / 2)
 
 
+@pytest.mark.parametrize(("epochs", "warmup"), [(1, 5), (2, 10), (6, 10)])
+def test_the_default_warmup_is_an_epoch_at_most_half_the_schedule(project, epochs, warmup):
+    """A 1-epoch run (or a 1-epoch schedule that --more-epochs restart begins) warms up over
+    half of it and still decays to the floor; from 2 epochs on the warmup is one epoch."""
+    args, lrs, _ = run_schedule(project("warmup_cosine"), ["--epochs", str(epochs)], 10)
+    assert lrs[:warmup] == pytest.approx([args.lr * (k + 1) / warmup for k in range(warmup)])
+    assert close(lrs[-1], args.lr / 100)
+    assert all(b < a for a, b in zip(lrs[warmup:], lrs[warmup + 1 :], strict=False))
+
+
 @pytest.mark.parametrize(
     ("mult", "restart_flags", "restarts"),
     [
         (2, ["--restart-epochs", "1"], [15, 35, 75]),  # cycles of 10, 20, 40 after 5 warmup
         (1, ["--restart-epochs", "1"], [15, 25, 35, 45, 55, 65, 75]),
-        (2, [], [25, 65]),  # default first cycle: a quarter of the run, 20 steps
+        (2, [], [30]),  # by default the 75 steps after warmup are two cycles: 25 and 50
     ],
 )
 def test_cosine_restarts_restart_at_the_peak(project, mult, restart_flags, restarts):
@@ -169,6 +179,8 @@ def test_cosine_restarts_restart_at_the_peak(project, mult, restart_flags, resta
         last = floor + (args.lr - floor) * 0.5 * (1 + math.cos(math.pi * (length - 1) / length))
         assert close(lrs[end - 1], last), end
         assert lrs[end - 1] < floor + 0.03 * (args.lr - floor)
+    if not restart_flags:  # the run's last step is the last of the second cycle's cosine
+        assert close(lrs[-1], floor + (args.lr - floor) * 0.5 * (1 + math.cos(math.pi * 49 / 50)))
 
 
 @pytest.mark.parametrize(
@@ -384,10 +396,40 @@ def test_cyclic(project, mode_flags, bottom, height_per_cycle):
 
 def test_cyclic_exp_range_decays_the_height(project):
     flags = ["--epochs", "4", "--lr", "0.6", "--cyclic-mode", "exp_range", "--cyclic-gamma", "0.9"]
-    args, lrs, _ = run_schedule(project("cyclic"), flags, steps_per_epoch=10)
+    args, lrs, _ = run_schedule(project("cyclic"), [*flags, "--cycle-epochs", "2"], 10)
     bottom = args.lr / 10
     for top_step in (10, 30):
         assert close(lrs[top_step], bottom + (args.lr - bottom) * 0.9**top_step)
+
+
+@pytest.mark.parametrize(("epochs", "cycles"), [(1, 1), (2, 1), (3, 2), (4, 2), (7, 4)])
+def test_cyclic_by_default_ends_the_run_at_the_bottom_of_a_whole_cycle(project, epochs, cycles):
+    """Without --cycle-epochs the run is a whole number of cycles of about 2 epochs (3 epochs:
+    2 cycles of 1.5), so that its last step is at the bottom, not part-way up a cycle."""
+    args, lrs, _ = run_schedule(project("cyclic"), ["--epochs", str(epochs)], 10)
+    bottom, steps = args.lr / 10, 10 * epochs
+    assert len(lrs) == steps and close(lrs[0], bottom) and close(lrs[-1], bottom)
+    half = (steps - 1) / (2 * cycles)  # steps from a bottom to the next top
+    peaks = [k for k in range(1, steps - 1) if lrs[k - 1] < lrs[k] >= lrs[k + 1]]
+    assert len(peaks) == cycles
+    for cycle, peak in enumerate(peaks):  # each top is within a step of where it should be
+        assert abs(peak - (2 * cycle + 1) * half) < 1, (peak, half)
+
+
+def test_cyclic_resumed_with_other_steps_per_epoch_is_refused(project, tmp_path):
+    """CyclicLR keeps its cycle's length in optimizer steps in the state a resume loads: a
+    run resumed at an epoch's end with another batch would go on with the old cycles, out of
+    step with its epochs. It is refused, naming both lengths; the same batch goes on."""
+    proj = project("cyclic")
+    lrs_by_step(proj, tmp_path, "--epochs", "1")  # 10 steps: one cycle, 4.5 up and 4.5 down
+    with pytest.raises(
+        Exception,
+        match="its cycles span 9 optimizer steps, this run's would "
+        "span 4: resume with the --batch-size and --accum-steps",
+    ) as refused:
+        lrs_by_step(proj, tmp_path, "--epochs", "2", "--batch-size", "32")
+    assert type(refused.value).__name__ == "CheckpointError"
+    assert len(lrs_by_step(proj, tmp_path, "--epochs", "2")) == 10
 
 
 def test_onecycle_train_py_steps_exactly_the_total_with_accumulation(project):
@@ -406,18 +448,20 @@ def test_onecycle_train_py_steps_exactly_the_total_with_accumulation(project):
     assert checkpoint["scheduler"]["last_epoch"] == 16
 
 
-@pytest.mark.parametrize(
-    ("scheduler", "top", "bottom"), [("onecycle", 0.95, 0.85), ("cyclic", 0.9, 0.8)]
-)
-def test_cycled_momentum_is_what_the_momentum_help_says(project, scheduler, top, bottom):
-    """1cycle and the cyclical schedule set the momentum themselves, against the learning rate;
-    --momentum's help says so, with the range they use."""
+@pytest.mark.parametrize(("scheduler", "default"), [("onecycle", 0.95), ("cyclic", 0.9)])
+@pytest.mark.parametrize("given", [None, 0.5, 0.05, 0.0])
+def test_cycled_momentum_runs_from_the_flag_to_a_tenth_below(project, scheduler, default, given):
+    """1cycle and the cyclical schedule cycle the momentum against the learning rate, from
+    --momentum (the top; by default torch's 0.95 for 1cycle, 0.9 for CyclicLR) to 0.1 lower
+    (at least 0); --momentum 0 is no momentum at all."""
     with inside(project(scheduler)):
         import train as project_train
         from proj.schedule import build_scheduler
 
         parser = project_train.get_args_parser()
-        args = parser.parse_args(["--epochs", "4", "--momentum", "0.5"])
+        flags = ["--epochs", "4"] + ([] if given is None else ["--momentum", str(given)])
+        flags += ["--cycle-epochs", "2"] if scheduler == "cyclic" else []  # steps on its ends
+        args = parser.parse_args(flags)
         param = torch.nn.Parameter(torch.zeros(()))
         optimizer = torch.optim.SGD([param], lr=args.lr, momentum=args.momentum)
         scheduler_ = build_scheduler(optimizer, args, args.epochs, steps_per_epoch=10)
@@ -428,8 +472,10 @@ def test_cycled_momentum_is_what_the_momentum_help_says(project, scheduler, top,
             optimizer.step()
             scheduler_.step()
         help_text = next(a.help for a in parser._actions if "--momentum" in a.option_strings)
-    assert max(momenta) == pytest.approx(top) and min(momenta) == pytest.approx(bottom, abs=1e-3)
-    assert f"{top} to {bottom} and back" in help_text
+    top = default if given is None else given
+    assert max(momenta) == pytest.approx(top)
+    assert min(momenta) == pytest.approx(max(0.0, top - 0.1), abs=1e-3)
+    assert "0.1 lower and back" in help_text
 
 
 # 160 images in batches of 16: 10 optimizer steps an epoch; no warmup, so lr starts at 0.5.
