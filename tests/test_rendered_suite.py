@@ -37,3 +37,23 @@ def test_rendered_project_tests_pass(template, tmp_path, answers):
     project = render(template, tmp_path / "project", **answers)
     result = run(sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", cwd=project)
     assert " passed" in result.stdout and "failed" not in result.stdout
+
+
+# The README's own data, model and loss train well whatever the optimizer and the schedule:
+# the rendered tests/test_own_data.py of projects far from the defaults in both.
+OWN_DATA = {
+    "constant-rmsprop": dict(scheduler="constant", optimizer="rmsprop"),
+    "cyclic-adamw": dict(scheduler="cyclic", optimizer="adamw"),
+    "cosine-restarts-adagrad": dict(scheduler="cosine_restarts", optimizer="adagrad"),
+    "onecycle-lars-tensors": dict(
+        scheduler="onecycle", optimizer="lars", data="tensors", extras=["preemption"]
+    ),
+}
+
+
+@pytest.mark.parametrize("answers", OWN_DATA.values(), ids=OWN_DATA.keys())
+def test_own_data_trains_with_any_optimizer_and_schedule(template, tmp_path, answers):
+    project = render(template, tmp_path / "project", **answers)
+    tests = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_own_data.py"]
+    result = run(sys.executable, *tests, cwd=project)
+    assert " passed" in result.stdout and "failed" not in result.stdout
