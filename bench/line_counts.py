@@ -100,13 +100,14 @@ BUDGETS = {
 # most half the schedule (5 lines in schedule.py where there is warmup); cosine_restarts'
 # default is two cycles filling the run, cyclic's a whole number of cycles; 1cycle and
 # cyclic cycle the momentum down from --momentum or --beta1 (3), and a cyclic run resumed
-# with other steps per epoch is refused as 1cycle's is.
+# with other steps per epoch is refused as 1cycle's is. Under torchrun, a validation set with
+# fewer items than processes is refused in one line (5: it hung DDP and crashed FSDP).
 # The README's "Line budgets" says what the lines above the budgets are for.
 CEILINGS = {
     "examples/cpu-minimal.yml": (1753, 346),
     "examples/cpu-minimal.yml with data: tensors": (1547, 336),
     "defaults": (1901, None),
-    "everything (ddp, fp16, lamb, onecycle, every extra)": (3441, None),
+    "everything (ddp, fp16, lamb, onecycle, every extra)": (3446, None),
 }
 
 

@@ -1296,6 +1296,14 @@ MUTANTS = [
         ("tests/test_rendered_suite.py", "-k", "defaults"),
     ),
     Mutant(
+        "validation-set-smaller-than-the-processes",
+        "torchrun: a validation set with fewer items than processes is refused in one line",
+        DATA,
+        "    if len(val_set) < process_count():  # a process with none could not evaluate in step",
+        "    if False:",
+        ("tests/test_ddp.py", "-k", "smaller_than_the_processes"),
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,

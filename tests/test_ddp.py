@@ -428,6 +428,19 @@ def test_exception_in_one_rank_fails_the_job_naming_it(ddp_project, tmp_path):
     assert f"rank 1: error: {bad}: not a readable checkpoint" in output
 
 
+def test_a_validation_set_smaller_than_the_processes_is_one_line(ddp_project, tmp_path):
+    """Each process evaluates its share of the validation set in step with the others: a
+    process with no item would wait in a collective the others never reach. Three validation
+    items (the fewest the synthetic set makes) for four processes are refused before
+    training, in one line from each."""
+    four = [*TORCHRUN[:-1], "--nproc-per-node=4", "train.py", *QUICK, "--synthetic-size", "16"]
+    result = run(*four, "--out-dir", tmp_path, cwd=ddp_project, check=False, timeout=180)
+    output = result.stdout + result.stderr
+    line = "error: data set 'synthetic': its validation set has 3 items, fewer than the 4 processes"
+    assert result.returncode != 0 and output.count(line) == 4, output
+    assert 'train.py", line' not in output
+
+
 def test_an_out_dir_in_use_stops_every_process_with_one_line(ddp_project, tmp_path):
     """Rank 0 alone locks --out-dir; when another run holds it, every process stops with the
     same line and exit 2, none of them waiting in a collective for rank 0 to die."""
