@@ -48,6 +48,10 @@ BAD_ANSWERS = {
     "package name uppercase": ({"package_name": "MyNet"}, "(got 'MyNet')"),
     "package name empty": ({"package_name": ""}, IDENTIFIER),
     "project name blank": ({"project_name": "   "}, "project_name must not be empty"),
+    "project name padded": (
+        {"project_name": " Padded"},
+        "project_name must not begin or end with spaces (got ' Padded')",
+    ),
     "project name on two lines": (
         {"project_name": "two\nlines"},
         "project_name must be one line, without tabs or other control characters",
