@@ -1304,6 +1304,14 @@ MUTANTS = [
         ("tests/test_ddp.py", "-k", "smaller_than_the_processes"),
     ),
     Mutant(
+        "project-name-padded-accepted",
+        "questions: a project_name beginning or ending with spaces is refused",
+        "copier.yml",
+        "{% elif project_name != project_name.strip()",
+        "{% elif false",
+        ("tests/test_questions.py", "-k", "padded"),
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,
