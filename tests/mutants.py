@@ -1312,6 +1312,14 @@ MUTANTS = [
         ("tests/test_questions.py", "-k", "padded"),
     ),
     Mutant(
+        "peer-gone-traceback",
+        "torchrun: a process whose peer stopped says so in one line, not gloo's traceback",
+        TRAIN,
+        '        if "by peer" not in str(error):',
+        "        if True:",
+        ("tests/test_ddp.py", "-k", "stops_in_training"),
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,

@@ -441,6 +441,40 @@ def test_a_validation_set_smaller_than_the_processes_is_one_line(ddp_project, tm
     assert 'train.py", line' not in output
 
 
+# Rank 0 meets an unreadable file at its third training step, as a loader might (metrics.add
+# runs at every micro-batch; the training set is in memory here, not read item by item).
+BROKEN_ITEM = """import os, runpy, sys
+sys.path.insert(0, os.getcwd())
+from proj import metrics
+
+add, calls = metrics.TrainMetrics.add, []
+
+def broken(self, *args):
+    calls.append(1)
+    if os.environ["RANK"] == "0" and len(calls) == 3:
+        raise OSError("cannot read item 5")
+    return add(self, *args)
+
+metrics.TrainMetrics.add = broken
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+def test_a_process_that_stops_in_training_leaves_one_line_from_each(ddp_project, tmp_path):
+    """Rank 0 stops at an unreadable item with its one line; rank 1, left waiting in the
+    gradients' all-reduce, learns from gloo that its peer has gone and says so in one line,
+    not with gloo's traceback. Each line is written whole, not run into the other's."""
+    wrapper = tmp_path / "broken.py"
+    wrapper.write_text(BROKEN_ITEM)
+    flags = [*QUICK, "--epochs", "2", "--out-dir", tmp_path / "o"]
+    result = run(*TORCHRUN, wrapper, *flags, cwd=ddp_project, check=False, timeout=180)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "\nrank 0: error: cannot read item 5\n" in output, output
+    assert "\nrank 1: stopped: another process ended\n" in output, output
+    assert 'train.py", line' not in output, output  # no process's traceback (torchrun has one)
+
+
 def test_an_out_dir_in_use_stops_every_process_with_one_line(ddp_project, tmp_path):
     """Rank 0 alone locks --out-dir; when another run holds it, every process stops with the
     same line and exit 2, none of them waiting in a collective for rank 0 to die."""
