@@ -1320,6 +1320,14 @@ MUTANTS = [
         ("tests/test_ddp.py", "-k", "stops_in_training"),
     ),
     Mutant(
+        "replaced-shards-called-torn",
+        "FSDP: a folder of shards that a newer save replaced is said to be so, not torn",
+        CHECKPOINT,
+        "        if not folder.exists() and max(numbers, default=-1) > int(folder.suffix[1:]):",
+        "        if False:",
+        ("tests/test_fsdp.py", "-k", "cut_short"),
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,

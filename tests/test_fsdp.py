@@ -365,12 +365,12 @@ def test_fsdp_preempted_then_resumed_is_bit_identical_and_loads_anywhere(
     assert capsys.readouterr().out.strip().splitlines()[-1] == evaluated  # sharded from it
     with pytest.raises(SystemExit) as refused:
         main_of(fsdp, *RUN, "--init-weights", out / "last.pt", "--out-dir", tmp_path / "g")
-    assert "sharded; write its weights to one file first: python -m proj.sharding" in str(
-        refused.value.code
-    )
+    said = capsys.readouterr().err  # one line, written whole: each process's
+    assert refused.value.code == 1 and said.startswith("rank 0: error: ")
+    assert "sharded; write its weights to one file first: python -m proj.sharding" in said
 
 
-def test_a_save_cut_short_leaves_the_last_checkpoint_whole(twins, tmp_path, monkeypatch):
+def test_a_save_cut_short_leaves_the_last_checkpoint_whole(twins, tmp_path, monkeypatch, capsys):
     """A process killed while it writes the shards of epoch 2's last.pt (here: the shards
     written but the folder's metadata not yet, then the process gone) leaves last.pt naming
     epoch 1's whole folder: it evaluates, and the run resumes from it, to a new folder; the
@@ -401,13 +401,19 @@ def test_a_save_cut_short_leaves_the_last_checkpoint_whole(twins, tmp_path, monk
     torch.save({**pointer, "shards": torn[0].name}, out / "torn.pt")  # as if it named it
     with pytest.raises(SystemExit) as refused:
         main_of(fsdp, *QUICK, "--eval-only", "--resume", out / "torn.pt", "--out-dir", tmp_path)
-    whole = f"{torn[0]}: missing, or not whole (its save did not finish)"
-    assert str(refused.value.code).endswith(whole)
+    whole = f"{torn[0]}: missing, or not whole (its save did not finish)\n"
+    assert refused.value.code == 1 and capsys.readouterr().err.endswith(whole)
     main_of(fsdp, *QUICK, "--epochs", "2", "--out-dir", out)
     assert [row["epoch"] for row in read_metrics(out)] == [1, 2]
     last = torch.load(out / "last.pt", weights_only=True)["shards"]
     assert last not in (first, torn[0].name)
     assert sorted(p.name for p in out.glob("last.*") if p.is_dir()) == [last]
+    # A run that read last.pt just before a save of the run training there replaced its folder.
+    torch.save({**pointer, "shards": first}, out / "old.pt")
+    with pytest.raises(SystemExit) as refused:
+        main_of(fsdp, *QUICK, "--eval-only", "--resume", out / "old.pt", "--out-dir", tmp_path)
+    replaced = f"{out / first}: replaced by a newer save as this run began; rerun\n"
+    assert refused.value.code == 1 and capsys.readouterr().err.endswith(replaced)
 
 
 @pytest.mark.slow
