@@ -1328,6 +1328,14 @@ MUTANTS = [
         ("tests/test_fsdp.py", "-k", "cut_short"),
     ),
     Mutant(
+        "fresh-run-mixes-tensorboard-curves",
+        "TensorBoard: a fresh run moves an earlier run's events to tensorboard.bak",
+        LOGGER,
+        "        if not history and events.is_dir() and any(events.iterdir()):  # another run's curves",
+        "        if False:",
+        ("tests/test_robustness.py", "-k", "tensorboard_curves"),
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,

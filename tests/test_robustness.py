@@ -924,3 +924,22 @@ def test_tensorboard_missing_is_one_line_naming_the_package(template, tmp_path):
         "error: TensorBoard needs its package: pip install tensorboard"
     ]
     assert not (out / "last.pt").exists()
+
+
+def test_a_fresh_run_keeps_another_runs_tensorboard_curves_aside(template, tmp_path):
+    """--fresh into an out-dir with TensorBoard's events of an earlier run moves them to
+    tensorboard.bak, as metrics.csv goes to metrics.csv.bak: each folder's curves are one
+    run's, not two runs' epochs interleaved. A resumed run adds to its own."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def steps(folder) -> list[int]:
+        return [event.step for event in EventAccumulator(str(folder)).Reload().Scalars("lr")]
+
+    project = render(template, tmp_path / "p", extras=["tensorboard"])
+    out = tmp_path / "out"
+    train(project, *TINY_RUN, "--epochs", "2", "--out-dir", str(out))
+    train(project, *TINY_RUN, "--epochs", "3", "--out-dir", str(out))  # resumed: its own
+    assert steps(out / "tensorboard") == [1, 2, 3]
+    train(project, *TINY_RUN, "--epochs", "1", "--fresh", "--lr", "0.05", "--out-dir", str(out))
+    assert steps(out / "tensorboard") == [1]
+    assert steps(out / "tensorboard.bak") == [1, 2, 3]
