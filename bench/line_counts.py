@@ -104,13 +104,14 @@ BUDGETS = {
 # fewer items than processes is refused in one line (5: it hung DDP and crashed FSDP); a
 # process whose peer has gone says so in one line, not gloo's traceback, and error lines are
 # written whole (6 in train.py). A fresh run moves an earlier run's TensorBoard events
-# aside (6, where TensorBoard is).
+# aside (6, where TensorBoard is). A resume whose --epochs stops before the schedule's end
+# says so (2).
 # The README's "Line budgets" says what the lines above the budgets are for.
 CEILINGS = {
-    "examples/cpu-minimal.yml": (1753, 346),
-    "examples/cpu-minimal.yml with data: tensors": (1547, 336),
-    "defaults": (1901, None),
-    "everything (ddp, fp16, lamb, onecycle, every extra)": (3458, None),
+    "examples/cpu-minimal.yml": (1755, 346),
+    "examples/cpu-minimal.yml with data: tensors": (1549, 336),
+    "defaults": (1903, None),
+    "everything (ddp, fp16, lamb, onecycle, every extra)": (3460, None),
 }
 
 

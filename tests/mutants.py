@@ -1336,6 +1336,14 @@ MUTANTS = [
         ("tests/test_robustness.py", "-k", "tensorboard_curves"),
     ),
     Mutant(
+        "resume-short-of-the-schedule-silent",
+        "a resume whose --epochs stops before the schedule's end says so",
+        CHECKPOINT,
+        "    if progress.epoch < args.epochs < sum(span) and not args.eval_only:",
+        "    if False:",
+        ("tests/test_schedules.py", "-k", "stops_before_the_schedules_end"),
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,

@@ -416,6 +416,25 @@ def test_cyclic_by_default_ends_the_run_at_the_bottom_of_a_whole_cycle(project, 
         assert abs(peak - (2 * cycle + 1) * half) < 1, (peak, half)
 
 
+def test_a_resume_that_stops_before_the_schedules_end_says_so(project, tmp_path, capsys):
+    """A 4-epoch cosine stopped in epoch 2 and resumed with --epochs 2 stops at a rate far
+    above the floor: the schedule keeps its span. The resume says so in a line."""
+    proj = project("warmup_cosine")
+    with inside(proj):
+        import train as project_train
+
+        from tests.test_resume import stop_at_step
+
+        stop_at_step(project_train, [*MORE, "--epochs", "4", "--out-dir", str(tmp_path)], 15)
+    capsys.readouterr()
+    lrs = lrs_by_step(proj, tmp_path, "--epochs", "2")
+    assert len(lrs) == 5 and lrs[-1] > 0.5 / 2  # epoch 2's last 5 steps, high on the cosine
+    said = "note: the schedule ends at epoch 4; --epochs 2 stops short\n"
+    assert capsys.readouterr().out.count(said) == 1
+    lrs_by_step(proj, tmp_path, "--epochs", "4")  # the whole schedule: nothing to say
+    assert "note: the schedule" not in capsys.readouterr().out
+
+
 def test_cyclic_resumed_with_other_steps_per_epoch_is_refused(project, tmp_path):
     """CyclicLR keeps its cycle's length in optimizer steps in the state a resume loads: a
     run resumed at an epoch's end with another batch would go on with the old cycles, out of
