@@ -105,13 +105,14 @@ BUDGETS = {
 # process whose peer has gone says so in one line, not gloo's traceback, and error lines are
 # written whole (6 in train.py). A fresh run moves an earlier run's TensorBoard events
 # aside (6, where TensorBoard is). A resume whose --epochs stops before the schedule's end
-# says so (2).
+# says so (2). A 1cycle run too short for its --pct-start rises over two steps and still ends
+# at its final rate (3, where 1cycle is).
 # The README's "Line budgets" says what the lines above the budgets are for.
 CEILINGS = {
     "examples/cpu-minimal.yml": (1755, 346),
     "examples/cpu-minimal.yml with data: tensors": (1549, 336),
     "defaults": (1903, None),
-    "everything (ddp, fp16, lamb, onecycle, every extra)": (3460, None),
+    "everything (ddp, fp16, lamb, onecycle, every extra)": (3463, None),
 }
 
 

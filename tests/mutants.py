@@ -1344,6 +1344,14 @@ MUTANTS = [
         ("tests/test_schedules.py", "-k", "stops_before_the_schedules_end"),
     ),
     Mutant(
+        "short-onecycle-padded",
+        "1cycle: a short run rises over two steps and ends at its final rate, not padded",
+        SCHEDULE,
+        "    pct_start = max(args.pct_start, 2 / total) if total > 2 else args.pct_start",
+        "    pct_start = args.pct_start",
+        ("tests/test_schedules.py", "-k", "short_onecycle"),
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,

@@ -354,6 +354,16 @@ def test_onecycle(project, extra, pct_start, div_factor, final_div_factor):
         scheduler.step()
 
 
+@pytest.mark.parametrize("steps", [3, 4, 6, 7])
+def test_a_short_onecycle_rises_over_two_steps_and_still_ends_at_its_end(project, steps):
+    """A run of fewer steps than --pct-start needs for a rise of two (8 at 0.25) rises over
+    two steps, not padded to 8: its last step is at the cycle's final rate, not part-way."""
+    args, lrs, scheduler = run_schedule(project("onecycle"), ["--epochs", "1"], steps)
+    assert scheduler.total_steps == len(lrs) == steps
+    assert close(lrs[0], args.lr / 25) and close(lrs[1], args.lr) and max(lrs) == lrs[1]
+    assert close(lrs[-1], args.lr / 25 / 1e4)
+
+
 @pytest.mark.parametrize("value", ["0", "1", "1.5"])
 def test_onecycle_pct_start_leaves_room_for_both_phases(project, value, capsys):
     """0 would leave no rise and 1 no descent (OneCycleLR divides by that length at its last
