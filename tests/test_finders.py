@@ -187,7 +187,7 @@ def test_lr_auto_is_the_peak_of_the_schedule(template, tmp_path, scheduler, caps
 def test_resume_reuses_the_batch_size_and_lr_found_at_the_start(projects, capsys):
     project = projects("sgd")
     flags = [*FAST, "--deterministic", "--lr", "auto", "--batch-size", "auto"]
-    flags += ["--max-batch-size", "64", "--fresh"]
+    flags += ["--max-batch-size", "64", "--warmup-epochs", "1", "--fresh"]  # in both schedules
     done, resumed = project / "runs/done", project / "runs/resumed"
     main(project, *flags, "--epochs", "2", "--out-dir", done)
     first = capsys.readouterr().out
