@@ -1352,6 +1352,14 @@ MUTANTS = [
         ("tests/test_schedules.py", "-k", "short_onecycle"),
     ),
     Mutant(
+        "short-run-line-when-no-batch-fits",
+        "the batch of a short run: data too small for any batch is left to train.py's check",
+        DATA,
+        "    if steps(batch) == 0:  # no batch this small fits the data: train.py's check says what does",
+        "    if False:",
+        ("tests/test_schedules.py", "-k", "halves_the_default_batch"),
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,

@@ -729,6 +729,8 @@ def test_a_resume_with_other_batches_goes_on_from_the_same_epoch_of_the_schedule
         (128, 200_000, 1, 1, 128),  # 1562 steps
         (64, 1500, 1, 1, 32),  # 32 at the least, not a quarter of 64
         (512, 1500, 1, 1, 128),  # a quarter of 512 at the least
+        (128, 100, 5, 1, 32),  # no batch of 128 in 100 items, 3 of 32
+        (128, 20, 5, 1, 128),  # none of 32 either: train.py's check names the batch that fits
     ],
 )
 def test_a_short_run_halves_the_default_batch(
