@@ -108,12 +108,14 @@ BUDGETS = {
 # says so (2). A 1cycle run too short for its --pct-start rises over two steps and still ends
 # at its final rate (3, where 1cycle is). Data too small for any batch of a short run goes
 # straight to train.py's check, which names the batch that fits (2, where that rule is).
+# The logger names its decision that metrics.csv is another run's (1): TensorBoard's events
+# follow it, so a run resumed in its first epoch keeps its own.
 # The README's "Line budgets" says what the lines above the budgets are for.
 CEILINGS = {
-    "examples/cpu-minimal.yml": (1757, 345),
-    "examples/cpu-minimal.yml with data: tensors": (1551, 335),
-    "defaults": (1905, None),
-    "everything (ddp, fp16, lamb, onecycle, every extra)": (3465, None),
+    "examples/cpu-minimal.yml": (1758, 345),
+    "examples/cpu-minimal.yml with data: tensors": (1552, 335),
+    "defaults": (1906, None),
+    "everything (ddp, fp16, lamb, onecycle, every extra)": (3466, None),
 }
 
 

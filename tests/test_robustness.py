@@ -935,11 +935,19 @@ def test_a_fresh_run_keeps_another_runs_tensorboard_curves_aside(template, tmp_p
     def steps(folder) -> list[int]:
         return [event.step for event in EventAccumulator(str(folder)).Reload().Scalars("lr")]
 
-    project = render(template, tmp_path / "p", extras=["tensorboard"])
+    project = render(template, tmp_path / "p", extras=["tensorboard", "preemption"])
     out = tmp_path / "out"
     train(project, *TINY_RUN, "--epochs", "2", "--out-dir", str(out))
     train(project, *TINY_RUN, "--epochs", "3", "--out-dir", str(out))  # resumed: its own
     assert steps(out / "tensorboard") == [1, 2, 3]
-    train(project, *TINY_RUN, "--epochs", "1", "--fresh", "--lr", "0.05", "--out-dir", str(out))
+    fresh = [*TINY_RUN, "--epochs", "1", "--lr", "0.05", "--out-dir", str(out)]
+    with inside(project):  # stopped in its first epoch, before any row
+        import train as project_train
+
+        from tests.test_resume import stop_at_step
+
+        stop_at_step(project_train, [*fresh, "--fresh"], 3)
+    assert steps(out / "tensorboard.bak") == [1, 2, 3]
+    train(project, *fresh)  # resumed part-way through epoch 1: its folder stays, and the .bak
     assert steps(out / "tensorboard") == [1]
     assert steps(out / "tensorboard.bak") == [1, 2, 3]

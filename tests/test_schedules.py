@@ -419,6 +419,7 @@ def test_cyclic_by_default_ends_the_run_at_the_bottom_of_a_whole_cycle(project, 
     args, lrs, _ = run_schedule(project("cyclic"), ["--epochs", str(epochs)], 10)
     bottom, steps = args.lr / 10, 10 * epochs
     assert len(lrs) == steps and close(lrs[0], bottom) and close(lrs[-1], bottom)
+    assert steps < 10 * cycles or close(max(lrs), args.lr)  # the first top is on a step
     half = (steps - 1) / (2 * cycles)  # steps from a bottom to the next top
     peaks = [k for k in range(1, steps - 1) if lrs[k - 1] < lrs[k] >= lrs[k + 1]]
     assert len(peaks) == cycles
