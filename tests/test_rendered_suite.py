@@ -39,8 +39,9 @@ def test_rendered_project_tests_pass(template, tmp_path, answers):
     assert " passed" in result.stdout and "failed" not in result.stdout
 
 
-# The README's own data, model and loss train well whatever the optimizer and the schedule:
-# the rendered tests/test_own_data.py of projects far from the defaults in both.
+# The README's own data, model and loss train well whatever the optimizer and the schedule,
+# and each schedule does what its tests say: the rendered tests/test_own_data.py and
+# tests/test_schedule.py of projects far from the defaults in both.
 OWN_DATA = {
     "constant-rmsprop": dict(scheduler="constant", optimizer="rmsprop"),
     "cyclic-adamw": dict(scheduler="cyclic", optimizer="adamw"),
@@ -54,6 +55,7 @@ OWN_DATA = {
 @pytest.mark.parametrize("answers", OWN_DATA.values(), ids=OWN_DATA.keys())
 def test_own_data_trains_with_any_optimizer_and_schedule(template, tmp_path, answers):
     project = render(template, tmp_path / "project", **answers)
-    tests = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_own_data.py"]
+    files = ["tests/test_own_data.py", "tests/test_schedule.py"]
+    tests = ["-m", "pytest", "-q", "-p", "no:cacheprovider", *files]
     result = run(sys.executable, *tests, cwd=project)
     assert " passed" in result.stdout and "failed" not in result.stdout
