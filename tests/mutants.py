@@ -1556,7 +1556,7 @@ MUTANTS = [
         "cyclic-resume-keeps-old-cycles",
         "cyclic: a resume with other steps per epoch is refused",
         CHECKPOINT,
-        "    if saved != now and not (args.eval_only or restarted):",
+        "    if theirs != ours and not (args.eval_only or restarted):",
         "    if False:",
         ("tests/test_schedules.py", "-k", "other_steps_per_epoch"),
     ),
