@@ -1355,9 +1355,26 @@ MUTANTS = [
         "short-run-line-when-no-batch-fits",
         "the batch of a short run: data too small for any batch is left to train.py's check",
         DATA,
-        "    if steps(batch) == 0:  # no batch this small fits the data: train.py's check says what does",
+        "    if steps(batch) == 0:  # no batch this small fits the data: train.py's check says "
+        "what does",
         "    if False:",
         ("tests/test_schedules.py", "-k", "halves_the_default_batch"),
+    ),
+    Mutant(
+        "resume-misses-tensorboard-rows",
+        "TensorBoard: a resumed run writes its checkpoint's rows again (none missed)",
+        LOGGER,
+        "        for row in history:\n            self.add_scalars(row)\n",
+        "",
+        ("tests/test_robustness.py", "-k", "tensorboard_curves"),
+    ),
+    Mutant(
+        "resume-duplicates-tensorboard-rows",
+        "TensorBoard: the rows a resumed run writes again replace the earlier events",
+        LOGGER,
+        "purge_step=1 if history else None",
+        "purge_step=None",
+        ("tests/test_robustness.py", "-k", "tensorboard_curves"),
     ),
     Mutant(
         "lars-unclipped-by-default",

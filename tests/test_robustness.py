@@ -17,6 +17,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from tests.helpers import TINY_RUN, inside, read_metrics, render, run, script_exit, train
+from tests.test_matrix import check_tensorboard
 from tests.test_resume import same_training
 
 PY = sys.executable
@@ -929,7 +930,8 @@ def test_tensorboard_missing_is_one_line_naming_the_package(template, tmp_path):
 def test_a_fresh_run_keeps_another_runs_tensorboard_curves_aside(template, tmp_path):
     """--fresh into an out-dir with TensorBoard's events of an earlier run moves them to
     tensorboard.bak, as metrics.csv goes to metrics.csv.bak: each folder's curves are one
-    run's, not two runs' epochs interleaved. A resumed run adds to its own."""
+    run's, not two runs' epochs interleaved. A resumed run adds to its own, writing again the
+    rows of its checkpoint (one stopped before an epoch's events misses none)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     def steps(folder) -> list[int]:
@@ -938,8 +940,18 @@ def test_a_fresh_run_keeps_another_runs_tensorboard_curves_aside(template, tmp_p
     project = render(template, tmp_path / "p", extras=["tensorboard", "preemption"])
     out = tmp_path / "out"
     train(project, *TINY_RUN, "--epochs", "2", "--out-dir", str(out))
-    train(project, *TINY_RUN, "--epochs", "3", "--out-dir", str(out))  # resumed: its own
-    assert steps(out / "tensorboard") == [1, 2, 3]
+    with inside(project):  # stopped between epoch 3's checkpoint and its row
+        import train as project_train
+
+        def killed(self, row):
+            raise KeyboardInterrupt
+
+        project_train.MetricsLogger.log = killed
+        with pytest.raises(KeyboardInterrupt):
+            project_train.main([*TINY_RUN, "--epochs", "3", "--out-dir", str(out)])
+    rows = train(project, *TINY_RUN, "--epochs", "4", "--out-dir", str(out))  # resumed: its own
+    assert steps(out / "tensorboard") == [1, 2, 3, 4]  # epoch 3's point written on resume
+    check_tensorboard(out / "tensorboard", rows)
     fresh = [*TINY_RUN, "--epochs", "1", "--lr", "0.05", "--out-dir", str(out)]
     with inside(project):  # stopped in its first epoch, before any row
         import train as project_train
@@ -947,7 +959,7 @@ def test_a_fresh_run_keeps_another_runs_tensorboard_curves_aside(template, tmp_p
         from tests.test_resume import stop_at_step
 
         stop_at_step(project_train, [*fresh, "--fresh"], 3)
-    assert steps(out / "tensorboard.bak") == [1, 2, 3]
+    assert steps(out / "tensorboard.bak") == [1, 2, 3, 4]
     train(project, *fresh)  # resumed part-way through epoch 1: its folder stays, and the .bak
     assert steps(out / "tensorboard") == [1]
-    assert steps(out / "tensorboard.bak") == [1, 2, 3]
+    assert steps(out / "tensorboard.bak") == [1, 2, 3, 4]
