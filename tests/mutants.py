@@ -1377,6 +1377,14 @@ MUTANTS = [
         ("tests/test_robustness.py", "-k", "tensorboard_curves"),
     ),
     Mutant(
+        "short-run-advises-a-batch-too-large",
+        "the batch of a short run: --batch-size N is suggested only where the data holds one",
+        DATA,
+        'keeps {BATCH_SIZE}" if at_answer else ""',
+        'keeps {BATCH_SIZE}" if True else ""',
+        ("tests/test_schedules.py", "-k", "halves_the_default_batch"),
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,
