@@ -1385,6 +1385,23 @@ MUTANTS = [
         ("tests/test_schedules.py", "-k", "halves_the_default_batch"),
     ),
     Mutant(
+        "fsdp-readme-loads-a-pointer",
+        "FSDP: the README's Outputs code loads the weights that python -m sharding writes",
+        "template/README.md.jinja",
+        "\"{{ 'best-weights.pt' if fsdp else 'runs/default/best.pt' }}\"",
+        '"runs/default/best.pt"',
+        ("tests/test_fsdp.py", "-k", "loads_anywhere"),
+    ),
+    Mutant(
+        "readme-installs-too-little",
+        "the README's pip install names every dependency of pyproject.toml",
+        "template/README.md.jinja",
+        "{% else %} numpy{% endif %} tqdm",
+        "{% endif %} tqdm",
+        ("tests/test_questions.py", "-k", "installs_what"),
+        occurrences=2,
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,

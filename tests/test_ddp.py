@@ -246,7 +246,7 @@ def test_rank_zero_alone_writes_and_checkpoints_are_unwrapped(ddp_project, tmp_p
     assert not [write for write in writes if not write.startswith("0 ")], writes
     # One progress summary per epoch: printed by rank 0 only.
     assert result.stdout.count("epoch 1/2 ") == 1 and result.stdout.count("epoch 2/2 ") == 1
-    assert "8 per process x 2 processes x 2 accumulation = 32 images" in result.stdout
+    assert "8 per process x 2 processes x 2 accumulation = 32 items" in result.stdout
     written = sorted(p.name for p in out_dir.iterdir())
     assert written == [".lock", "best.pt", "last.pt", "metrics.csv"]  # no leftovers of rank 1
     assert [row["epoch"] for row in read_metrics(out_dir)] == [1, 2]

@@ -79,6 +79,7 @@ FORBIDDEN = {
         r"per process",
         r"several processes",
         r"processes x",
+        r"distributed run",
         r"all_reduce",
         r"torchrun",
         r"\bDDP\b",

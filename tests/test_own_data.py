@@ -15,7 +15,7 @@ from tests.helpers import read_metrics, render, run
 from tests.test_resume import TORCHRUN, interrupt_at, same_training
 
 PY = sys.executable
-SIGNALS = ["--data", "signals", "--model", "cnn1d", "--device", "cpu", "--workers", "0"]
+SIGNALS = ["--data", "signals", "--model", "signalnet", "--device", "cpu", "--workers", "0"]
 
 
 def readme_code(project, section: str) -> list[str]:
@@ -59,7 +59,7 @@ def test_signals_train_on_two_processes_with_mixed_precision(ddp_project, tmp_pa
     result = run(*TORCHRUN, "train.py", *flags, "--out-dir", tmp_path, cwd=ddp_project)
     assert (
         "2 x cpu" in result.stdout
-        and "cnn1d on signals (2048 train, 512 val items)" in result.stdout
+        and "signalnet on signals (2048 train, 512 val items)" in result.stdout
     )
     rows = read_metrics(tmp_path)
     assert rows[-1]["val_acc"] > 50  # chance: 25 %

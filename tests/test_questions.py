@@ -380,6 +380,17 @@ def test_extras_are_recorded_and_rendered(template, tmp_path, extras):
     assert ("tensorboard" in pyproject) == ("tensorboard" in extras)
 
 
+@pytest.mark.parametrize(("data", "extras"), [("images", []), ("tensors", ["tensorboard"])])
+def test_the_readme_installs_what_pyproject_requires(template, tmp_path, data, extras):
+    """The README's `pip install` of "just the dependencies" names each of pyproject.toml's,
+    and nothing else."""
+    dest = copy(template, tmp_path / "project", data=data, extras=extras)
+    block = (dest / "pyproject.toml").read_text().split("dependencies = [", 1)[1].split("]")[0]
+    required = re.findall(r'^\s*"([A-Za-z0-9_.-]+)', block, flags=re.M)
+    installed = re.findall(r"^pip install (torch .*)$", (dest / "README.md").read_text(), re.M)
+    assert len(installed) == 1 and sorted(installed[0].split()) == sorted(required)
+
+
 def test_the_default_extras_are_preemption_alone(template, tmp_path):
     dest = copy(template, tmp_path / "project")
     assert recorded_answers(dest)["extras"] == ["preemption"]

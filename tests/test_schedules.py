@@ -750,7 +750,8 @@ def test_a_short_run_halves_the_default_batch(
         steps = epochs * math.ceil(items // answer / accum_steps)
         keep = f"; --batch-size {answer} keeps {answer}" if steps else ""  # none to keep
         assert said == (
-            f"batch {expected}, not {answer}: {epochs} epochs of {items} items are {steps} "
+            f"batch {expected}, not {answer}: {epochs} epoch{'s' * (epochs > 1)} of {items} "
+            f"items are {steps} "
             f"optimizer steps at {answer}, {epochs * math.ceil(items // expected / accum_steps)} "
             f"at {expected}{keep}\n"
         )
