@@ -92,24 +92,24 @@ BUDGETS = {
 # without side heads (3, where images are); compute_loss's terms may be numbers (1); the lr
 # hint after --lr auto names a rate to try, not the sweep (2, where the finders are); --help
 # gives each flag's default (utils.py's HelpFormatter: 10, 2 fewer in train.py).
-# v0.20.0: metrics.csv's lr is the rate of the epoch's last step, not the one the schedule
-# set after it (Progress.lr: 1 line in train.py, 1 in checkpoint.py); --eval-only without --batch-size takes the answer's
-# batch, not the short-run rule's (1, where that rule is); a checkpoint that does not fit
-# --model names the model it was made with (2); --amp fp16 on a CPU says it is slow (2,
-# where fp16 is). Schedules that end where they promise: the default warmup is an epoch, at
-# most half the schedule (5 lines in schedule.py where there is warmup); cosine_restarts'
-# default is two cycles filling the run, cyclic's a whole number of cycles; 1cycle and
-# cyclic cycle the momentum down from --momentum or --beta1 (3), and a cyclic run resumed
-# with other steps per epoch is refused as 1cycle's is. Under torchrun, a validation set with
-# fewer items than processes is refused in one line (5: it hung DDP and crashed FSDP); a
-# process whose peer has gone says so in one line, not gloo's traceback, and error lines are
-# written whole (6 in train.py). A fresh run moves an earlier run's TensorBoard events
-# aside (6, where TensorBoard is). A resume whose --epochs stops before the schedule's end
-# says so (2). A 1cycle run too short for its --pct-start rises over two steps and still ends
-# at its final rate (3, where 1cycle is). Data too small for any batch of a short run goes
-# straight to train.py's check, which names the batch that fits (2, where that rule is).
-# The logger names its decision that metrics.csv is another run's (1): TensorBoard's events
-# follow it, so a run resumed in its first epoch keeps its own.
+# v0.20.0: metrics.csv's lr is the rate of the epoch's last step, not the one the schedule set
+# after it (Progress.lr: 1 line in train.py, 1 in checkpoint.py); --eval-only without --batch-
+# size takes the answer's batch, not the short-run rule's (1, where that rule is); a
+# checkpoint that does not fit --model names the model it was made with (2); --amp fp16 on a
+# CPU says it is slow (2, where fp16 is). Schedules that end where they promise: the default
+# warmup is an epoch, at most half the schedule (5 lines in schedule.py where there is
+# warmup); cosine_restarts' default is two cycles filling the run, cyclic's a whole number of
+# cycles; 1cycle and cyclic cycle the momentum down from --momentum or --beta1 (3), and a
+# cyclic run resumed with other steps per epoch is refused as 1cycle's is. Under torchrun, a
+# validation set with fewer items than processes is refused in one line (5: it hung DDP and
+# crashed FSDP); a process whose peer has gone says so in one line, not gloo's traceback, and
+# error lines are written whole (6 in train.py). A fresh run moves an earlier run's
+# TensorBoard events aside (6, where TensorBoard is). A resume whose --epochs stops before the
+# schedule's end says so (2). A 1cycle run too short for its --pct-start rises over two steps
+# and still ends at its final rate (3, where 1cycle is). Data too small for any batch of a
+# short run goes straight to train.py's check, which names the batch that fits (2, where that
+# rule is). The logger names its decision that metrics.csv is another run's (1): TensorBoard's
+# events follow it, so a run resumed in its first epoch keeps its own.
 # v0.21.0: a resumed run writes its checkpoint's rows to TensorBoard again, so a run stopped
 # between a checkpoint and its events misses no point (5, where TensorBoard is); the batch of
 # a short run suggests keeping the answer's batch only where the data holds one, and says

@@ -1402,6 +1402,14 @@ MUTANTS = [
         occurrences=2,
     ),
     Mutant(
+        "sharding-export-warns",
+        "python -m sharding writes the weights without torch's warning about one process",
+        SHARDING,
+        '        warnings.filterwarnings("ignore", "torch.distributed is disabled")\n',
+        "",
+        ("tests/test_fsdp.py", "-k", "loads_anywhere"),
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,

@@ -14,6 +14,7 @@ import runpy
 import shutil
 import signal
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -351,9 +352,11 @@ def test_fsdp_preempted_then_resumed_is_bit_identical_and_loads_anywhere(
     assert [row["epoch"] for row in read_metrics(one)] == [1, 2, 3]
 
     weights = tmp_path / "weights.pt"
-    with inside(fsdp):  # python -m proj.sharding CHECKPOINT OUT, in this process
+    with inside(fsdp), warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")  # python -m proj.sharding CHECKPOINT OUT, here
         sys.argv = ["sharding", str(out / "last.pt"), str(weights)]
         runpy.run_module("proj.sharding", run_name="__main__")
+    assert [str(w.message) for w in warned] == []  # none of torch's about one process
     exported = torch.load(weights, weights_only=True)["model"]
     assert {f"model.{k}" for k in exported} == {k for k in written if k.startswith("model.")}
     for name, tensor in exported.items():
