@@ -940,6 +940,7 @@ def test_a_fresh_run_keeps_another_runs_tensorboard_curves_aside(template, tmp_p
     project = render(template, tmp_path / "p", extras=["tensorboard", "preemption"])
     out = tmp_path / "out"
     train(project, *TINY_RUN, "--epochs", "2", "--out-dir", str(out))
+    shutil.copy(out / "last.pt", tmp_path / "epoch2.pt")
     with inside(project):  # stopped between epoch 3's checkpoint and its row
         import train as project_train
 
@@ -952,6 +953,12 @@ def test_a_fresh_run_keeps_another_runs_tensorboard_curves_aside(template, tmp_p
     rows = train(project, *TINY_RUN, "--epochs", "4", "--out-dir", str(out))  # resumed: its own
     assert steps(out / "tensorboard") == [1, 2, 3, 4]  # epoch 3's point written on resume
     check_tensorboard(out / "tensorboard", rows)
+    # The rows written again keep their spacing in time: that of their elapsed_s.
+    events = EventAccumulator(str(out / "tensorboard")).Reload().Scalars("lr")
+    for event, row in zip(events[:3], rows, strict=False):
+        spacing = event.wall_time - events[0].wall_time
+        assert spacing == pytest.approx(row["elapsed_s"] - rows[0]["elapsed_s"], abs=1e-4)
+    assert rows[2]["elapsed_s"] > rows[0]["elapsed_s"] + 1e-3
     fresh = [*TINY_RUN, "--epochs", "1", "--lr", "0.05", "--out-dir", str(out)]
     with inside(project):  # stopped in its first epoch, before any row
         import train as project_train
@@ -963,3 +970,9 @@ def test_a_fresh_run_keeps_another_runs_tensorboard_curves_aside(template, tmp_p
     train(project, *fresh)  # resumed part-way through epoch 1: its folder stays, and the .bak
     assert steps(out / "tensorboard") == [1]
     assert steps(out / "tensorboard.bak") == [1, 2, 3, 4]
+    # Resumed from an older checkpoint: metrics.csv is not its history, and the curves of the
+    # run that wrote it go aside with it.
+    train(project, *TINY_RUN, "--epochs", "3", "--resume", str(tmp_path / "epoch2.pt"),
+          "--out-dir", str(out))  # fmt: skip
+    assert steps(out / "tensorboard.bak") == [1]
+    assert steps(out / "tensorboard") == [1, 2, 3]

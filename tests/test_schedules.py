@@ -455,10 +455,19 @@ def test_cyclic_resumed_with_other_steps_per_epoch_is_refused(project, tmp_path)
     with pytest.raises(
         Exception,
         match="its cycles span 9 optimizer steps, this run's would "
-        "span 4: resume with the --batch-size and --accum-steps",
+        "span 4: resume with the --batch-size and --accum-steps it was made with",
     ) as refused:
         lrs_by_step(proj, tmp_path, "--epochs", "2", "--batch-size", "32")
     assert type(refused.value).__name__ == "CheckpointError"
+    # Saved part-way through an epoch, it asks for the same batch, with no word of an epoch's
+    # end taking any (cyclic's does not).
+    state = torch.load(tmp_path / "last.pt", weights_only=True)
+    state["progress"].update(epoch=0, batch=3, step=3)
+    torch.save(state, tmp_path / "part-way.pt")
+    part_way = ["--epochs", "1", "--batch-size", "32", "--resume", str(tmp_path / "part-way.pt")]
+    with pytest.raises(Exception) as refused:
+        lrs_by_step(proj, tmp_path / "p", *part_way)
+    assert str(refused.value).endswith("finish that epoch with --batch-size 16 --accum-steps 1")
     assert len(lrs_by_step(proj, tmp_path, "--epochs", "2")) == 10
 
 
