@@ -440,9 +440,10 @@ def test_launch_sh_passes_a_preemption_on_whoever_is_signalled(ddp_project, tmp_
     assert re.search(r"max_restarts +: 0\n", output), output[:3000]
     assert f"{sig}: stopped at epoch 1, step 5; checkpoint saved in {out}" in output
     assert checkpoint_step(out / "last.pt") == 5
-    if whom == "every process":
+    if whom == "every process":  # run again from another folder: --out-dir is the caller's
         env.pop("HOLD_AT")
-        resumed = run("scripts/launch.sh", *flags, cwd=ddp_project, env=env)
+        here = [*flags[:-1], out.name]
+        resumed = run(ddp_project / "scripts/launch.sh", *here, cwd=out.parent, env=env)
         assert "resumed from" in resumed.stdout
         assert [row["epoch"] for row in read_metrics(out)] == [1, 2]
 

@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import unittest.mock
 
 import pytest
 import torch
@@ -298,6 +299,9 @@ def test_bad_checkpoints_get_one_line_naming_the_file(project, checkpoint, tmp_p
     line naming the file, and writes nothing else to stderr: no traceback."""
     cases = bad_checkpoints(checkpoint, tmp_path)
     cases = {tmp_path / name: problem for name, problem in cases.items()}
+    # Weights alone (another project's, or python -m <package>.sharding's): not a run.
+    torch.save({"model": torch.load(checkpoint, weights_only=True)["model"]}, tmp_path / "w.pt")
+    cases[tmp_path / "w.pt"] = "model weights alone, not a run to resume: give it to --init-weights"
     # A checkpoint of another model.
     cases[checkpoint] = "weights do not fit --model mlp"
     for path, problem in cases.items():
@@ -625,6 +629,45 @@ def test_kill_9_during_checkpoint_writes_leaves_a_loadable_one(project, tmp_path
     with inside(project):
         assert import_module("proj.utils").hold_out_dir(tmp_path) is None
     assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "last.pt"]
+
+
+def test_a_file_system_without_locks_runs_unguarded_and_says_so(project, tmp_path, capsys):
+    """A lock that the file system cannot take (ENOLCK: NFS mounted nolock) is not another
+    run's: the run goes on, with a note; a lock another process holds is refused."""
+    import errno
+    import fcntl
+    from importlib import import_module
+
+    with inside(project):
+        utils = import_module("proj.utils")
+        for code, expected in ((errno.ENOLCK, None), (errno.EAGAIN, "another run is using")):
+
+            def lockf(*args, code=code):
+                raise OSError(code, os.strerror(code))
+
+            with unittest.mock.patch.object(fcntl, "lockf", lockf):
+                problem = utils.hold_out_dir(tmp_path / str(code))
+            assert problem == expected or problem.startswith(expected), problem
+    said = capsys.readouterr().out
+    note = f"note: {tmp_path / str(errno.ENOLCK)} cannot be locked (No locks available): "
+    assert said == note + "one run at a time there\n"
+
+
+def test_epoch_lines_reach_a_pipe_as_printed_and_after_their_checkpoint(project, tmp_path):
+    """Output to a pipe or a file is written a line at a time, and an epoch's line comes after
+    its checkpoint: when the reader sees epoch 1's line, last.pt holds epoch 1 (not yet 2).
+    Without docstrings (python -OO) the flags still parse."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    out = tmp_path / "o"
+    flags = [*TINY_RUN, "--epochs", "2", "--out-dir", str(out)]
+    with subprocess.Popen(
+        [PY, "train.py", *flags], cwd=project, env=env, stdout=subprocess.PIPE, text=True
+    ) as child:
+        line = next(line for line in child.stdout if line.startswith("epoch 1/2"))
+        epoch = torch.load(out / "last.pt", weights_only=True)["progress"]["epoch"]
+        child.stdout.read()
+    assert child.returncode == 0 and epoch == 1, line
+    assert run(PY, "-OO", "train.py", "--help", cwd=project).stdout.startswith("usage:")
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "nadam"])
