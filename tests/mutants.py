@@ -1485,6 +1485,15 @@ MUTANTS = [
         ("tests/test_resume.py", "-k", "launch_sh and every"),
     ),
     Mutant(
+        "epoch-line-lost-with-its-checkpoint",
+        "an epoch whose checkpoint fails (weights not finite, a full disk) still prints its line",
+        TRAIN,
+        "        finally:  # after the saves, whether they failed or not: a closed pipe loses no "
+        "epoch\n",
+        "        except BaseException:\n            raise\n        else:\n",
+        ("tests/test_robustness.py", "-k", "checkpoint_fails_still"),
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,

@@ -7,6 +7,7 @@ import argparse
 import functools
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -301,7 +302,8 @@ def test_bad_checkpoints_get_one_line_naming_the_file(project, checkpoint, tmp_p
     cases = {tmp_path / name: problem for name, problem in cases.items()}
     # Weights alone (another project's, or python -m <package>.sharding's): not a run.
     torch.save({"model": torch.load(checkpoint, weights_only=True)["model"]}, tmp_path / "w.pt")
-    cases[tmp_path / "w.pt"] = "model weights alone, not a run to resume: give it to --init-weights"
+    weights = tmp_path / "w.pt"
+    cases[weights] = f"model weights alone, not a run to resume: --init-weights {weights} --fresh"
     # A checkpoint of another model.
     cases[checkpoint] = "weights do not fit --model mlp"
     for path, problem in cases.items():
@@ -767,6 +769,42 @@ def test_weights_that_overflow_are_never_checkpointed(template, tmp_path, optimi
     state = torch.load(out / "last.pt", weights_only=True)
     assert state["progress"]["step"] == 4
     assert all(torch.isfinite(t).all() for t in state["model"].values() if t.is_floating_point())
+
+
+def test_an_epoch_whose_checkpoint_fails_still_prints_its_line(project, tmp_path, capsys):
+    """The epoch's line comes after its checkpoints, and also when they fail: here the weights
+    overflow in the epoch's last step, so its checkpoint is refused, and the line says how
+    the epoch ended before the run stops."""
+
+    def overflow(opt, args, kwargs):
+        with torch.no_grad():
+            next(p for group in opt.param_groups for p in group["params"]).fill_(math.inf)
+
+    hook = None
+    try:
+        with inside(project):
+            import train
+
+            flags = [*TINY_RUN, "--model", "mlp", "--out-dir", str(tmp_path / "o")]
+            real = train.train_step
+            steps = []
+
+            def counted(*args):  # the epoch's 6th and last step overflows
+                steps.append(1)
+                nonlocal hook
+                if len(steps) == 6:
+                    hook = register_optimizer_step_post_hook(overflow)
+                return real(*args)
+
+            train.train_step = counted
+            with pytest.raises(train.Stopped) as stopped:
+                train.main(flags)
+    finally:
+        if hook is not None:
+            hook.remove()
+    said = capsys.readouterr()
+    assert "the weights are no longer finite (NaN or inf) after step 6" in str(stopped.value)
+    assert re.search(r"^epoch 1/2  train_loss \S+  val_loss nan", said.out, re.M), said.out
 
 
 HOLD_LOCK = """
