@@ -120,12 +120,14 @@ BUDGETS = {
 # in one line (checkpoint.py: 4); a file system without locks runs with a note instead of
 # refusing every run as in use (utils.py: 4); output reaches a log file a line at a time,
 # and an epoch's line comes after its checkpoints, also when they fail (train.py: 4).
+# v0.21.1: every process waits for the others before it exits (a barrier as the last
+# collective: gloo could abort a process that exited straight after one; 9, where torchrun is).
 # The README's "Line budgets" says what the lines above the budgets are for.
 CEILINGS = {
     "examples/cpu-minimal.yml": (1772, 349),
     "examples/cpu-minimal.yml with data: tensors": (1566, 339),
     "defaults": (1920, None),
-    "everything (ddp, fp16, lamb, onecycle, every extra)": (3490, None),
+    "everything (ddp, fp16, lamb, onecycle, every extra)": (3499, None),
 }
 
 

@@ -1494,6 +1494,23 @@ MUTANTS = [
         ("tests/test_robustness.py", "-k", "checkpoint_fails_still"),
     ),
     Mutant(
+        "processes-exit-apart",
+        "no process exits before the others are done: gloo can abort one that exits straight "
+        "after a collective",
+        TRAIN,
+        "        main()\n{%- if torchrun %}\n        finish_together()\n{%- endif %}\n",
+        "        main()\n",
+        ("tests/test_ddp.py", "-k", "no_process_exits"),
+    ),
+    Mutant(
+        "preempted-processes-exit-apart",
+        "a preempted process waits for the first to save before it exits",
+        "template/{{package_name}}/{% if preemption %}preemption.py{% endif %}.jinja",
+        "        finish_together()  # no process ends before the first has saved\n",
+        "",
+        ("tests/test_ddp.py", "-k", "no_process_exits and preempted"),
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,

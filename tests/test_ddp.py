@@ -260,6 +260,54 @@ def test_rank_zero_alone_writes_and_checkpoints_are_unwrapped(ddp_project, tmp_p
     assert state["progress"]["step"] == 4 and state["scheduler"]["last_epoch"] == 4
 
 
+SLOW_SAVES = """\
+import atexit, os, runpy, signal, sys, time
+sys.path.insert(0, os.getcwd())
+import proj.checkpoint
+
+def note(event):
+    with open(os.environ["EVENTS_LOG"], "a") as log:  # appended in the order they happen
+        log.write(f"{os.environ['RANK']} {event}\\n")
+
+real_save = proj.checkpoint.save_checkpoint
+
+def save_checkpoint(state, path):
+    time.sleep(1)
+    real_save(state, path)
+    note("saved " + os.path.basename(path))
+    if os.environ.get("PREEMPT") and os.path.basename(path) == "last.pt":
+        os.environ.pop("PREEMPT")
+        os.kill(os.getpid(), signal.SIGTERM)  # the first process alone is told to stop
+
+proj.checkpoint.save_checkpoint = save_checkpoint
+atexit.register(note, "exit")
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("preempted", [False, True], ids=["finished", "preempted"])
+def test_no_process_exits_before_the_first_has_saved(ddp_project, tmp_path, preempted):
+    """At the end of a run, every process waits for the others, the first of them writing
+    its checkpoints (slowed here by a second each): a process that exits straight after a
+    collective can abort with gloo ("terminate called without an active exception"). So
+    does a run stopped by a signal to the first process: the other does not exit (and
+    torchrun does not end the first) before its checkpoint is written."""
+    wrapper, log = tmp_path / "slow.py", tmp_path / "events.log"
+    wrapper.write_text(SLOW_SAVES)
+    flags = [*QUICK, "--epochs", "2" if preempted else "1", "--log-interval", "1"]
+    flags += ["--out-dir", tmp_path]
+    env = {**os.environ, "EVENTS_LOG": str(log), "PREEMPT": "1" if preempted else ""}
+    ran = run(*TORCHRUN, wrapper, *flags, cwd=ddp_project, env=env, check=False)
+    events = log.read_text().splitlines()
+    saves = ["0 saved best.pt", "0 saved last.pt"] + ["0 saved last.pt"] * preempted
+    assert events[:-2] == saves, ran.stderr[-2000:]
+    assert sorted(events[-2:]) == ["0 exit", "1 exit"]
+    if preempted:  # stopped at the first step of epoch 2 (3 steps an epoch)
+        assert ran.returncode != 0 and "SIGTERM: stopped at epoch 2, step 4" in ran.stderr
+        assert torch.load(tmp_path / "last.pt", weights_only=True)["progress"]["step"] == 4
+
+
 def test_checkpoints_move_between_single_and_ddp(ddp_project, single_project, tmp_path):
     run(
         sys.executable,
@@ -585,6 +633,7 @@ def report():  # registered first, so it runs last at exit
 atexit.register(report)
 train.DDP = CountingDDP
 train.main(sys.argv[1:])
+train.finish_together()  # as `python train.py` does
 """
 
 
