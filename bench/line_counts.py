@@ -122,12 +122,14 @@ BUDGETS = {
 # and an epoch's line comes after its checkpoints, also when they fail (train.py: 4).
 # v0.21.1: every process waits for the others before it exits (a barrier as the last
 # collective: gloo could abort a process that exited straight after one; 9, where torchrun is).
+# A save that fails says the file system's reason, and whether an earlier checkpoint stays
+# (checkpoint.py: 2); an --out-dir that links to a removed folder says so (utils.py: 3).
 # The README's "Line budgets" says what the lines above the budgets are for.
 CEILINGS = {
-    "examples/cpu-minimal.yml": (1772, 349),
-    "examples/cpu-minimal.yml with data: tensors": (1566, 339),
-    "defaults": (1920, None),
-    "everything (ddp, fp16, lamb, onecycle, every extra)": (3499, None),
+    "examples/cpu-minimal.yml": (1777, 349),
+    "examples/cpu-minimal.yml with data: tensors": (1571, 339),
+    "defaults": (1925, None),
+    "everything (ddp, fp16, lamb, onecycle, every extra)": (3504, None),
 }
 
 

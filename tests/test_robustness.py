@@ -110,6 +110,20 @@ def test_bad_flag_is_one_line_before_any_data_is_loaded(project, capsys, flags, 
     assert len(err) == 1 and message in err[0], err
 
 
+def test_an_out_dir_linking_to_a_removed_folder_is_one_line_naming_it(project, tmp_path, capsys):
+    link, scratch = tmp_path / "runs", tmp_path / "scratch"
+    scratch.mkdir()
+    link.symlink_to(scratch)
+    scratch.rmdir()  # a scratch space cleaned since
+    code, _ = refused_before_any_data(project, ["--out-dir", str(link)])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    message = (
+        f"argument --out-dir: cannot write to {link} (a link to {scratch}, which does not exist)"
+    )
+    assert len(err) == 1 and err[0].endswith(message), err
+
+
 def test_eval_only_evaluates_exactly_the_weights_it_names(project, tmp_path, capsys):
     """Two runs whose weights differ; --eval-only in the first run's --out-dir reports the
     metrics that the named run logged for its last epoch, and names that checkpoint."""
@@ -949,18 +963,24 @@ runpy.run_path("train.py", run_name="__main__")
 
 def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(project, tmp_path):
     """No file may grow past a size that metrics.csv fits in and a checkpoint does not, as on
-    a full disk: the save fails in one line naming the file, and the previous one stays."""
+    a full disk: the save fails in one line naming the file, and the previous one stays; the
+    first save of a run says there was none."""
     out = tmp_path / "out"
     flags = [*TINY_RUN, "--model", "mlp", "--out-dir", out]
-    run(PY, "train.py", *flags, "--epochs", "1", cwd=project)
+    first = run(PY, "-c", DISK_FULL, 20_000, *flags, "--epochs", "1", cwd=project, check=False)
+    assert first.returncode == 1 and not list(out.glob("*.pt"))
+    assert first.stderr.strip().splitlines() == [
+        f"error: {out / 'best.pt'}: cannot write (File too large); there was none before"
+    ]
+    run(PY, "train.py", *flags, "--epochs", "1", "--fresh", cwd=project)
     before = (out / "last.pt").read_bytes()
     result = run(PY, "-c", DISK_FULL, 20_000, *flags, "--epochs", "2", cwd=project, check=False)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].endswith("; the last one stays"), lines
-    assert lines[0].startswith(
-        (f"error: {out / 'best.pt'}: cannot write (", f"error: {out / 'last.pt'}: cannot write (")
-    )
+    assert lines in (
+        [f"error: {out / name}: cannot write (File too large); the last one stays"]
+        for name in ("best.pt", "last.pt")
+    ), lines
     assert (out / "last.pt").read_bytes() == before
     assert not list(out.glob(".*.tmp"))
 
