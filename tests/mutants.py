@@ -1455,8 +1455,16 @@ MUTANTS = [
         "output-block-buffered",
         "output to a pipe or file is written a line at a time (SLURM logs, nohup)",
         TRAIN,
-        "    sys.stdout.reconfigure(line_buffering=True)",
-        "    pass",
+        '    sys.stdout.reconfigure(line_buffering=True, errors="backslashreplace")',
+        '    sys.stdout.reconfigure(errors="backslashreplace")',
+        ("tests/test_robustness.py", "-k", "reach_a_pipe"),
+    ),
+    Mutant(
+        "stdout-strict-encoding",
+        "a path the terminal's encoding cannot show is escaped, not a UnicodeEncodeError",
+        TRAIN,
+        'sys.stdout.reconfigure(line_buffering=True, errors="backslashreplace")',
+        "sys.stdout.reconfigure(line_buffering=True)",
         ("tests/test_robustness.py", "-k", "reach_a_pipe"),
     ),
     Mutant(

@@ -672,9 +672,11 @@ def test_a_file_system_without_locks_runs_unguarded_and_says_so(project, tmp_pat
 def test_epoch_lines_reach_a_pipe_as_printed_and_after_their_checkpoint(project, tmp_path):
     """Output to a pipe or a file is written a line at a time, and an epoch's line comes after
     its checkpoint: when the reader sees epoch 1's line, last.pt holds epoch 1 (not yet 2).
+    Output in ASCII alone (PYTHONIOENCODING=ascii) escapes the other letters of a path.
     Without docstrings (python -OO) the flags still parse."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    out = tmp_path / "o"
+    env["PYTHONIOENCODING"] = "ascii"
+    out = tmp_path / "\u00f6"
     flags = [*TINY_RUN, "--epochs", "2", "--out-dir", str(out)]
     with subprocess.Popen(
         [PY, "train.py", *flags], cwd=project, env=env, stdout=subprocess.PIPE, text=True
@@ -683,6 +685,8 @@ def test_epoch_lines_reach_a_pipe_as_printed_and_after_their_checkpoint(project,
         epoch = torch.load(out / "last.pt", weights_only=True)["progress"]["epoch"]
         child.stdout.read()
     assert child.returncode == 0 and epoch == 1, line
+    again = run(PY, "train.py", *flags, cwd=project, env=env).stdout
+    assert again.splitlines()[-1] == f"nothing to do: {tmp_path}/\\xf6/last.pt is at epoch 2 of 2"
     assert run(PY, "-OO", "train.py", "--help", cwd=project).stdout.startswith("usage:")
 
 
