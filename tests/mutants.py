@@ -1543,6 +1543,14 @@ MUTANTS = [
         ("tests/test_robustness.py", "-k", "linking_to"),
     ),
     Mutant(
+        "full-shared-memory-blamed-on-the-items",
+        "a full /dev/shm is named as such, with what to do, not as items that make no batch",
+        DATA,
+        '        if "</torch_" in str(error):',
+        "        if False:",
+        ("tests/test_robustness.py", "-k", "shared_memory"),
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,

@@ -989,6 +989,19 @@ def test_a_full_disk_while_saving_is_one_line_and_keeps_the_last_checkpoint(proj
     assert not list(out.glob(".*.tmp"))
 
 
+def test_full_shared_memory_for_the_loader_workers_is_one_line(project, tmp_path):
+    """A loader worker hands its batch over in shared memory (/dev/shm, small in a container
+    by default); where no batch fits (here: no file may grow past 10 kB), one line says so and
+    what to do, not that the items do not make a batch."""
+    flags = [*TINY_RUN, "--workers", "1", "--out-dir", tmp_path / "out"]
+    result = run(PY, "-c", DISK_FULL, 10_000, *flags, cwd=project, check=False)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "error: the loader workers' batches find no room in shared memory (File too large (27)): "
+        "give /dev/shm more (docker run --shm-size=2g, say) or run with --workers 0"
+    ]
+
+
 def test_download_without_a_network_is_one_line(project, tmp_path, monkeypatch):
     import urllib.error
 
