@@ -35,12 +35,13 @@ ANSWER_SETS = {
         "extras": EVERY_EXTRA,
     },
 }
-# The budgets the project set itself (issue 15): all Python outside tests/, and train.py.
+# The budgets the project set itself (issue 15's 900 and 2,200, then issue 28's): all Python
+# outside tests/, and train.py.
 BUDGETS = {
-    "examples/cpu-minimal.yml": (900, 300),
-    "examples/cpu-minimal.yml with data: tensors": (900, 300),
+    "examples/cpu-minimal.yml": (1200, 300),
+    "examples/cpu-minimal.yml with data: tensors": (1200, 300),
     "defaults": (1300, None),
-    "everything (ddp, fp16, lamb, onecycle, every extra)": (2200, None),
+    "everything (ddp, fp16, lamb, onecycle, every extra)": (2300, None),
 }
 # What the tests hold each answer set to: its budget where it is met, else the figures of
 # v0.10.0 (v0.9.0's plus issue 25's guarantees: metrics history, preemption with loader
