@@ -41,7 +41,9 @@ def wait_for_a_stop_signal(marker: Path) -> None:
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, observe)
-    marker.write_text(str(os.getpid()))
+    partial = marker.with_name(marker.name + ".partial")
+    partial.write_text(str(os.getpid()))
+    os.replace(partial, marker)  # whole when it appears: a test reads the process id in it
     deadline = time.monotonic() + LONGEST_WAIT_S
     try:
         while not arrived:

@@ -121,7 +121,7 @@ class Cluster:
         # This host as slurmd sees it: "NodeName=vm CPUs=2 Boards=1 ... RealMemory=... UpTime=..."
         node_line = self.run("slurmd", "-C").stdout.splitlines()[0]
         node_line = re.sub(r" (RealMemory|UpTime)=\S*", "", node_line)  # memory: not scheduled
-        ports = {"ctld_port": _free_port(), "slurmd_port": _free_port()}
+        ports = dict(zip(("ctld_port", "slurmd_port"), _free_ports(2), strict=True))
         # From the system's randomness: the random module's state is whatever the test
         # process's in-process training seeded it to, the same in every xdist worker.
         first_job_id = random.SystemRandom().randrange(1, 1_000_000)
@@ -232,10 +232,16 @@ def start_cluster(tmp_dir: str | os.PathLike):
         yield cluster
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _free_ports(count: int) -> list[int]:
+    """`count` ports free now, and different: each socket is held until all are bound."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 def _kill_marked(marker: str | None) -> list[int]:

@@ -291,21 +291,27 @@ def test_no_process_exits_before_the_first_has_saved(ddp_project, tmp_path, pree
     """At the end of a run, every process waits for the others, the first of them writing
     its checkpoints (slowed here by a second each): a process that exits straight after a
     collective can abort with gloo ("terminate called without an active exception"). So
-    does a run stopped by a signal to the first process: the other does not exit (and
-    torchrun does not end the first) before its checkpoint is written."""
-    wrapper, log = tmp_path / "slow.py", tmp_path / "events.log"
+    does a run stopped by a signal to the first process: the other does not exit before its
+    checkpoint is written (where it exits with the status for a requeue, as without
+    scripts/launch.sh, torchrun would end the first at once). Here, as under launch.sh, the
+    processes exit with 0 and leave the status in REQUEUE_FILE."""
+    wrapper, log, status = tmp_path / "slow.py", tmp_path / "events.log", tmp_path / "status"
     wrapper.write_text(SLOW_SAVES)
     flags = [*QUICK, "--epochs", "2" if preempted else "1", "--log-interval", "1"]
-    flags += ["--out-dir", tmp_path]
+    flags += ["--out-dir", tmp_path / "out"]
     env = {**os.environ, "EVENTS_LOG": str(log), "PREEMPT": "1" if preempted else ""}
-    ran = run(*TORCHRUN, wrapper, *flags, cwd=ddp_project, env=env, check=False)
+    env["REQUEUE_FILE"] = str(status)
+    ran = run(*TORCHRUN, wrapper, *flags, cwd=ddp_project, env=env)
     events = log.read_text().splitlines()
     saves = ["0 saved best.pt", "0 saved last.pt"] + ["0 saved last.pt"] * preempted
     assert events[:-2] == saves, ran.stderr[-2000:]
     assert sorted(events[-2:]) == ["0 exit", "1 exit"]
     if preempted:  # stopped at the first step of epoch 2 (3 steps an epoch)
-        assert ran.returncode != 0 and "SIGTERM: stopped at epoch 2, step 4" in ran.stderr
-        assert torch.load(tmp_path / "last.pt", weights_only=True)["progress"]["step"] == 4
+        assert status.read_text() == "75\n" and "SIGTERM: stopped at epoch 2, step 4" in ran.stderr
+        state = torch.load(tmp_path / "out/last.pt", weights_only=True)
+        assert state["progress"]["step"] == 4
+    else:
+        assert not status.exists()
 
 
 def test_checkpoints_move_between_single_and_ddp(ddp_project, single_project, tmp_path):

@@ -173,11 +173,21 @@ def test_kill_9_anywhere_then_resume_is_bit_identical(project, tmp_path, loading
 
 
 def descendants(pid: int) -> list[int]:
-    """The processes that `pid` started, and theirs."""
+    """The processes that `pid` started, and theirs (none of one that ended meanwhile)."""
     children = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        children += [int(child) for child in (task / "children").read_text().split()]
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            children += [int(child) for child in (task / "children").read_text().split()]
+    except (FileNotFoundError, ProcessLookupError):  # a short-lived one (dirname, mktemp)
+        return []
     return children + [grandchild for child in children for grandchild in descendants(child)]
+
+
+def command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):  # it ended since it was listed
+        return b""
 
 
 WITH_WORKERS = [*RUN, "--workers", "2", "--data-on-device", "off"]
@@ -457,8 +467,7 @@ def test_launch_sh_stops_on_a_ctrl_c_that_comes_before_training(ddp_project, tmp
     job = launch_sh(ddp_project, [*RUN, "--workers", "0", "--out-dir", out], launch_env())
     try:
         deadline = time.monotonic() + 60
-        while not any(b"torchrun" in Path(f"/proc/{pid}/cmdline").read_bytes()
-                      for pid in descendants(job.pid)):  # fmt: skip
+        while not any(b"torchrun" in command_line(pid) for pid in descendants(job.pid)):
             assert job.poll() is None and time.monotonic() < deadline
             time.sleep(0.01)
         time.sleep(0.2)  # torchrun is importing torch: its processes are seconds away

@@ -669,17 +669,33 @@ def test_a_file_system_without_locks_runs_unguarded_and_says_so(project, tmp_pat
     assert said == note + "one run at a time there\n"
 
 
+SLOW_SAVES = """
+import runpy, sys, time
+sys.path.insert(0, ".")
+import proj.checkpoint
+
+def save_checkpoint(state, path, save=proj.checkpoint.save_checkpoint):
+    time.sleep(0.5)
+    save(state, path)
+
+proj.checkpoint.save_checkpoint = save_checkpoint
+sys.argv = ["train.py", *sys.argv[1:]]
+runpy.run_path("train.py", run_name="__main__")
+"""
+
+
 def test_epoch_lines_reach_a_pipe_as_printed_and_after_their_checkpoint(project, tmp_path):
     """Output to a pipe or a file is written a line at a time, and an epoch's line comes after
     its checkpoint: when the reader sees epoch 1's line, last.pt holds epoch 1 (not yet 2).
-    Output in ASCII alone (PYTHONIOENCODING=ascii) escapes the other letters of a path.
-    Without docstrings (python -OO) the flags still parse."""
+    Each save waits half a second first, so that neither order is a matter of luck. Output
+    in ASCII alone (PYTHONIOENCODING=ascii) escapes the other letters of a path. Without
+    docstrings (python -OO) the flags still parse."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     env["PYTHONIOENCODING"] = "ascii"
     out = tmp_path / "\u00f6"
     flags = [*TINY_RUN, "--epochs", "2", "--out-dir", str(out)]
     with subprocess.Popen(
-        [PY, "train.py", *flags], cwd=project, env=env, stdout=subprocess.PIPE, text=True
+        [PY, "-c", SLOW_SAVES, *flags], cwd=project, env=env, stdout=subprocess.PIPE, text=True
     ) as child:
         line = next(line for line in child.stdout if line.startswith("epoch 1/2"))
         epoch = torch.load(out / "last.pt", weights_only=True)["progress"]["epoch"]

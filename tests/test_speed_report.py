@@ -110,8 +110,8 @@ def test_sleepy_data_is_data_bound_and_more_workers_pay(project, tmp_path):
     assert "`--workers 2`" in report
     assert "- bf16 autocast: the run is data-bound" in report
     # Without workers no more than 1 / SLEEP_S items a second load; the network's own time is
-    # small beside the sleeps.
-    assert 0.6 / SLEEP_S < samples_per_s(report) <= 1 / SLEEP_S
+    # small beside the sleeps (the floor leaves room for a loaded machine's late wake-ups).
+    assert 0.4 / SLEEP_S < samples_per_s(report) <= 1 / SLEEP_S
 
 
 def test_a_large_model_on_data_in_memory_is_compute_bound(project, tmp_path):
