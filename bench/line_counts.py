@@ -121,8 +121,9 @@ BUDGETS = {
 # in one line (checkpoint.py: 4); a file system without locks runs with a note instead of
 # refusing every run as in use (utils.py: 4); output reaches a log file a line at a time,
 # and an epoch's line comes after its checkpoints, also when they fail (train.py: 4).
-# v0.21.1: every process waits for the others before it exits (a barrier as the last
-# collective: gloo could abort a process that exited straight after one; 9, where torchrun is).
+# v0.21.1: at the end of a run, when preempted and when its --out-dir is refused, a process
+# waits for the others before it exits (a barrier as the last collective: gloo could abort a
+# process that exited straight after one; 11, where torchrun is).
 # A save that fails says the file system's reason, and whether an earlier checkpoint stays
 # (checkpoint.py: 2); an --out-dir that links to a removed folder says so (utils.py: 3); a
 # full /dev/shm is named, with what to do, not blamed on the items (data.py: 6).
@@ -131,7 +132,7 @@ CEILINGS = {
     "examples/cpu-minimal.yml": (1783, 349),
     "examples/cpu-minimal.yml with data: tensors": (1577, 339),
     "defaults": (1931, None),
-    "everything (ddp, fp16, lamb, onecycle, every extra)": (3510, None),
+    "everything (ddp, fp16, lamb, onecycle, every extra)": (3512, None),
 }
 
 

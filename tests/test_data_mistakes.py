@@ -284,10 +284,12 @@ def build_image_folder(project, root):
 def test_an_image_folder_walks_each_folder_once(projects, tmp_path):
     """Links are followed, but into a folder once: one linked to itself, one that links back
     up, and two links to the same folder outside are each walked once (torchvision's
-    ImageFolder walked the first two again and again, 40 levels deep)."""
+    ImageFolder walked the first two again and again, 40 levels deep); one up to the folder
+    of the classes is not walked (it would take the other classes' images into this one)."""
     root = image_folder(tmp_path / "images")
     train = root / "train"
     (train / "a" / "loop").symlink_to(".")
+    (train / "a" / "classes").symlink_to("..")
     (train / "b" / "sub").mkdir()
     for name in ("s0.png", "s1.png"):
         Image.new("RGB", (12, 12)).save(train / "b" / "sub" / name)

@@ -291,10 +291,10 @@ def test_no_process_exits_before_the_first_has_saved(ddp_project, tmp_path, pree
     """At the end of a run, every process waits for the others, the first of them writing
     its checkpoints (slowed here by a second each): a process that exits straight after a
     collective can abort with gloo ("terminate called without an active exception"). So
-    does a run stopped by a signal to the first process: the other does not exit before its
-    checkpoint is written (where it exits with the status for a requeue, as without
-    scripts/launch.sh, torchrun would end the first at once). Here, as under launch.sh, the
-    processes exit with 0 and leave the status in REQUEUE_FILE."""
+    does a run stopped by a signal to the first process: the other does not exit before the
+    first's checkpoint is written (without scripts/launch.sh, every process exits with the
+    status that asks for a requeue, and torchrun would end the first as soon as another
+    exits). Here, as under launch.sh, they exit with 0 and leave the status in REQUEUE_FILE."""
     wrapper, log, status = tmp_path / "slow.py", tmp_path / "events.log", tmp_path / "status"
     wrapper.write_text(SLOW_SAVES)
     flags = [*QUICK, "--epochs", "2" if preempted else "1", "--log-interval", "1"]
