@@ -268,7 +268,7 @@ def test_a_restarted_job_goes_on_from_its_own_checkpoint(
     assert "resumed from" not in capsys.readouterr().out
     monkeypatch.setenv(count, "2")  # restarted after it: goes on from it
     assert [row["epoch"] for row in train(project, *flags)] == [1, 2]
-    assert f"resumed from {out / 'last.pt'}: epoch 1, step 10\n" in capsys.readouterr().out
+    assert f"resumed from {out / 'last.pt'}: 1 epoch done, step 10\n" in capsys.readouterr().out
     monkeypatch.setenv(count, "0")
     assert [row["epoch"] for row in train(project, *flags, "--epochs", "1")] == [1]
     assert "resumed from" not in capsys.readouterr().out
@@ -504,7 +504,7 @@ def test_torchrun_restarts_a_killed_rank_and_the_run_completes(ddp_project, tmp_
         if job.poll() is None:
             job.kill()
     assert job.returncode == 0, output[-3000:]
-    assert "resumed from" in output and "epoch 0, step 4" in output
+    assert "resumed from" in output and "0 epochs done, step 4" in output
     assert [row["epoch"] for row in read_metrics(out)] == [1, 2]
 
 

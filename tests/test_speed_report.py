@@ -112,6 +112,9 @@ def test_sleepy_data_is_data_bound_and_more_workers_pay(project, tmp_path):
     # Without workers no more than 1 / SLEEP_S items a second load; the network's own time is
     # small beside the sleeps (the floor leaves room for a loaded machine's late wake-ups).
     assert 0.4 / SLEEP_S < samples_per_s(report) <= 1 / SLEEP_S
+    # A step is two micro-batches: its items a second agree with its phases' time.
+    step_s = sum(phases.values()) / 1000
+    assert 0.75 < samples_per_s(report) * step_s / (2 * BATCH) < 1.5
 
 
 def test_a_large_model_on_data_in_memory_is_compute_bound(project, tmp_path):
