@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import re
 import runpy
+import signal
 import sys
 
 import pytest
@@ -313,6 +315,27 @@ def test_hidden_folders_are_no_classes(projects, tmp_path):
         (root / split / ".ipynb_checkpoints").mkdir()
     train_set, val_set, info = build_image_folder(projects["images"], root)
     assert train_set.classes == val_set.classes == ["a", "b"] and info.num_classes == 2
+
+
+def test_a_pipe_named_like_an_image_is_one_line_not_a_hang(projects, tmp_path):
+    """Opening a named pipe waits for a writer: found while the folder is walked, before
+    anything would open it."""
+    root = image_folder(tmp_path / "images")
+    os.mkfifo(root / "train" / "b" / "camera.png")
+
+    def hung(signum, frame):
+        raise TimeoutError("the pipe was opened")
+
+    signal.signal(signal.SIGALRM, hung)
+    signal.alarm(30)
+    try:
+        with pytest.raises(Exception) as error:
+            build_image_folder(projects["images"], root)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    assert type(error.value).__name__ == "DataError"
+    assert str(error.value) == f"{root}/train/b/camera.png: not a file but a pipe, socket or device"
 
 
 def broken_images(folder):

@@ -110,16 +110,21 @@ def test_bad_flag_is_one_line_before_any_data_is_loaded(project, capsys, flags, 
     assert len(err) == 1 and message in err[0], err
 
 
-def test_an_out_dir_linking_to_a_removed_folder_is_one_line_naming_it(project, tmp_path, capsys):
+@pytest.mark.parametrize("below", ["", "run/1"], ids=["the-link", "a-folder-below-it"])
+def test_an_out_dir_linking_to_a_removed_folder_is_one_line_naming_it(
+    project, tmp_path, capsys, below
+):
     link, scratch = tmp_path / "runs", tmp_path / "scratch"
     scratch.mkdir()
     link.symlink_to(scratch)
     scratch.rmdir()  # a scratch space cleaned since
-    code, _ = refused_before_any_data(project, ["--out-dir", str(link)])
+    out_dir = link / below if below else link
+    code, _ = refused_before_any_data(project, ["--out-dir", str(out_dir)])
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     message = (
-        f"argument --out-dir: cannot write to {link} (a link to {scratch}, which does not exist)"
+        f"argument --out-dir: cannot write to {out_dir} ({link} links to {scratch}, which "
+        "does not exist)"
     )
     assert len(err) == 1 and err[0].endswith(message), err
 
