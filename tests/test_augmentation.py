@@ -40,10 +40,10 @@ def idx_file(path, values: torch.Tensor) -> None:
     path.write_bytes(header + values.numpy().tobytes())
 
 
-def fashion_mnist(root) -> torch.Tensor:
-    """A tiny Fashion-MNIST in `root`, as torchvision's download leaves it; returns its
-    validation (t10k) images, N x 1 x 28 x 28."""
-    raw = root / "FashionMNIST" / "raw"
+def fashion_mnist(root, folder: str = "FashionMNIST") -> torch.Tensor:
+    """A tiny Fashion-MNIST (or MNIST, in its `folder`) in `root`, as torchvision's download
+    leaves it; returns its validation (t10k) images, N x 1 x 28 x 28."""
+    raw = root / folder / "raw"
     raw.mkdir(parents=True)
     gen = torch.Generator().manual_seed(0)
     for split, count in (("train", 24), ("t10k", 6)):
@@ -182,3 +182,19 @@ def test_signals_are_never_augmented(projects, tmp_path):
         assert torch.equal(view, val_set.inputs)
     assert len(first) == len(train_set) and same(first, second)
     assert all(torch.equal(x, train_set.inputs[i]) for i, x in first.items())
+
+
+@pytest.mark.parametrize(
+    ("name", "folder", "hflip"), [("mnist", "MNIST", 0.0), ("fashion-mnist", "FashionMNIST", 0.5)]
+)
+def test_digits_are_not_mirrored_by_default_clothes_are(projects, tmp_path, name, folder, hflip):
+    """A mirrored digit is another symbol (or none); a mirrored shirt is a shirt."""
+    fashion_mnist(tmp_path, folder)
+    with inside(projects["images"]):
+        import train
+        from proj.data import build_dataset
+
+        flags = ["--data", name, "--data-dir", str(tmp_path)]
+        train_set, _, info = build_dataset(train.get_args_parser().parse_args(flags))
+    flips = [step.p for step in train_set.transform.transforms[1].transforms if "Flip" in str(step)]
+    assert flips == ([hflip] if hflip else []) and info.hflip == hflip  # the loader's, the device's

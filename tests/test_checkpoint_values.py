@@ -68,6 +68,11 @@ def test_best_pt_holds_the_best_rows_epoch_and_weights(
         assert metrics.keys() == {"loss", "acc"}, shown
         for name, value in metrics.items():
             assert float(value) == pytest.approx(row[f"val_{name}"], abs=1e-6), (checkpoint, name)
+    # Equal scores: the first epoch of them stays best (a rate too small to move a weight).
+    still = tmp_path / "still"
+    train_main(project, [*RUN, *flags, "--lr", "1e-30", "--epochs", "3", "--out-dir", still])
+    assert len({row[scored] for row in read_metrics(still)}) == 1
+    assert torch.load(still / "best.pt", weights_only=True)["progress"]["epoch"] == 1
 
 
 FP16 = [*RUN, "--amp", "fp16", "--synthetic-size", "160", "--epochs", "2", "--log-interval", "1"]

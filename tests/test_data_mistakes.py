@@ -406,24 +406,126 @@ def test_one_class_is_one_line(projects, capsys, tmp_path):
     )
 
 
+FLOATS = torch.randn(8, 1, 4)
+UNIT = torch.rand(8, 1, 4)  # floats from 0 to 1
+BYTES = torch.randint(256, (8, 1, 4), dtype=torch.uint8)
+
+
 @pytest.mark.parametrize(
-    ("std", "mean", "problem"),
+    ("inputs", "std", "mean", "problem"),
     [
-        ((0.0,), (0.0,), "its std (0.0,) has a value that is not positive and finite"),
-        ((-1.0,), (0.0,), "its std (-1.0,) has a value that is not positive and finite"),
-        ((math.nan,), (0.0,), "its std (nan,) has a value that is not positive and finite"),
-        ((1.0,), (math.inf,), "its mean (inf,) has a value that is not finite"),
+        (FLOATS, (0.0,), (0.0,), "its std (0.0,) has a value that is not positive and finite"),
+        (FLOATS, (-1.0,), (0.0,), "its std (-1.0,) has a value that is not positive and finite"),
+        (FLOATS, (math.nan,), (0.0,), "its std (nan,) has a value that is not positive and finite"),
+        (FLOATS, (1.0,), (math.inf,), "its mean (inf,) has a value that is not finite"),
+        (FLOATS, None, (0.0,), "its DataInfo gives a mean without a std, or a std without a mean"),
+        (FLOATS, (1.0, 1.0), (0.0, 0.0), "its mean and std need 1 values (one per channel, "),
+        (BYTES, (0.25,), (0.5,), "its mean and std look like 0-1 units, but its inputs are "),
+        (UNIT, (60.0,), (120.0,), "its mean is far outside its float inputs' range (0-255 "),
+        (UNIT, (0.25,), (0.5,), None),  # 0-1 statistics of 0-1 floats
+        (BYTES, (60.0,), (120.0,), None),
+        (BYTES > 127, (0.5,), (0.5,), None),  # bool: 0 or 1
     ],
 )
-def test_statistics_that_cannot_normalise_are_one_line(projects, std, mean, problem):
+def test_statistics_that_cannot_normalise_are_one_line(projects, inputs, std, mean, problem):
     with inside(projects["tensors"]):
         from proj import data
 
-        train_set = torch.utils.data.TensorDataset(torch.randn(8, 1, 4), torch.arange(8) % 2)
+        train_set = torch.utils.data.TensorDataset(inputs, torch.arange(8) % 2)
         info = data.DataInfo(2, (1, 4), mean, std)
+        if problem is None:
+            data.check_info(train_set, info, "ours", train_set)
+            return
         with pytest.raises(data.DataError) as refused:
             data.check_info(train_set, info, "ours", train_set)
-    assert str(refused.value) == f"data set 'ours': {problem}"
+    assert str(refused.value).startswith(f"data set 'ours': {problem}")
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        yield from zip(torch.randn(8, 4), torch.arange(8) % 2, strict=True)
+
+
+class Unsized(torch.utils.data.Dataset):
+    def __getitem__(self, i):
+        return torch.randn(4), i % 2
+
+
+class Records(torch.utils.data.Dataset):
+    """Inputs as a list of numbers, or as a dict of tensors (a tokenizer's)."""
+
+    def __init__(self, kind: type) -> None:
+        self.kind = kind
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, i):
+        if self.kind is list:
+            return [0.5, 1.5, 2.5, 3.5], i % 2
+        return {"input_ids": torch.arange(4), "attention_mask": torch.ones(4)}, i % 2
+
+
+DATA_INFO_MISTAKES = {
+    "a list of numbers": (
+        Records(list),
+        {},
+        ", training item 0: inputs of type list, where the model takes a tensor",
+    ),
+    "a dict of tensors": (
+        Records(dict),
+        {},
+        ", training item 0: inputs of type dict, where the model takes a tensor",
+    ),
+    "an IterableDataset": (
+        Stream(),
+        {},
+        ": its training set has no items by index: the loop takes a map-style Dataset "
+        "(__getitem__ and __len__), not an IterableDataset",
+    ),
+    "no __len__": (Unsized(), {}, ": its training set has no items by index: "),
+    "floats as ids": (
+        torch.utils.data.TensorDataset(torch.rand(8, 4), torch.arange(8) % 2),
+        {"dtype": torch.int64},
+        ": its inputs are floats, which its dtype torch.int64 would cut to integers",
+    ),
+    "scalars per channel": (
+        torch.utils.data.TensorDataset(torch.randn(8), torch.arange(8) % 2),
+        {"mean": (0.0,), "std": (1.0,)},
+        ": its mean and std are per channel (dimension 0), but its inputs are scalars",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("train_set", "given", "problem"), DATA_INFO_MISTAKES.values(), ids=DATA_INFO_MISTAKES.keys()
+)
+def test_data_the_loop_cannot_take_is_one_line(projects, train_set, given, problem):
+    with inside(projects["tensors"]):
+        from proj import data
+
+        shape = (
+            tuple(train_set[0][0].shape)
+            if isinstance(train_set, torch.utils.data.TensorDataset)
+            else (4,)
+        )
+        info = data.DataInfo(2, shape, **given)
+        with pytest.raises(data.DataError) as refused:
+            data.check_info(train_set, info, "ours", train_set)
+    assert str(refused.value).startswith(f"data set 'ours'{problem}")
+
+
+def test_statistics_of_token_ids_are_one_line(projects):
+    with inside(projects["tensors"]):
+        from proj import data
+
+        ids = torch.utils.data.TensorDataset(torch.randint(9, (8, 1, 4)), torch.arange(8) % 2)
+        info = data.DataInfo(2, (1, 4), (4.0,), (2.0,), dtype=torch.int64)
+        with pytest.raises(data.DataError) as refused:
+            data.check_info(ids, info, "ours", ids)
+    assert str(refused.value) == (
+        "data set 'ours': its mean and std make its inputs floats, but its dtype is torch.int64"
+    )
 
 
 def test_no_validation_set_is_one_line(projects, capsys, monkeypatch, tmp_path):
@@ -471,6 +573,30 @@ def test_a_model_that_does_not_fit_the_data_is_one_line(projects, capsys, tmp_pa
         f"(RuntimeError: mat1 and mat2 shapes cannot be multiplied (2x{features} and 10x10))"
     ]
     assert sorted(path.name for path in tmp_path.iterdir()) == [".lock"]  # nothing trained
+
+
+def test_a_model_with_other_outputs_than_classes_is_one_line(projects, capsys, tmp_path):
+    """A matrix of outputs, one row per input, needs DataInfo.num_classes columns (the
+    default loss would fail on a class index past them, on a GPU as a device-side assert);
+    outputs of other shapes (a tuple, a sequence's) are the loss's to judge."""
+    with inside(projects["tensors"]):
+        from proj import data, models
+
+        models.MODELS["two_outputs"] = lambda info: torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(64, 2)
+        )
+        sys.argv = ["train.py", *TINY_RUN, *FLAGS["tensors"], "--model", "two_outputs"]
+        sys.argv += ["--out-dir", str(tmp_path)]
+        with pytest.raises(SystemExit) as exit_info:
+            runpy.run_path("train.py", run_name="__main__")
+        info = data.DataInfo(10, (1, 64))
+        sequence = torch.nn.Sequential(torch.nn.Unflatten(-1, (8, 8)), torch.nn.Flatten(0, 1))
+        assert models.model_problem(sequence, info, torch.device("cpu")) is None  # 3-d: (2, 8, 8)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "train.py: error: argument --model: two_outputs gives 2 outputs per input, where "
+        "DataInfo.num_classes is 10"
+    ]
 
 
 def test_the_built_in_mlp_takes_scalar_inputs(projects):

@@ -617,7 +617,13 @@ import torch.distributed as dist
 import train
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
-rounds = []
+rounds, seeds = [], []
+real_seed_everything = train.seed_everything
+
+
+def seed_everything(seed, deterministic):  # each process its own seed: dropout masks differ
+    seeds.append(seed)
+    real_seed_everything(seed, deterministic)
 
 
 class CountingDDP(train.DDP):
@@ -633,11 +639,12 @@ class CountingDDP(train.DDP):
 
 def report():  # registered first, so it runs last at exit
     with open(os.environ["ROUNDS_LOG"], "a") as log:
-        log.write(f"{os.environ['RANK']} {rounds.count(0)} {dist.is_initialized()}\\n")
+        log.write(f"{os.environ['RANK']} {rounds.count(0)} {dist.is_initialized()} {seeds}\\n")
 
 
 atexit.register(report)
 train.DDP = CountingDDP
+train.seed_everything = seed_everything
 train.main(sys.argv[1:])
 train.finish_together()  # as `python train.py` does
 """
@@ -665,7 +672,7 @@ def test_gradients_are_all_reduced_once_per_optimizer_step_and_train_loss_over_a
     env = {**os.environ, "ROUNDS_LOG": str(log)}
     run(*TORCHRUN, wrapper, *flags, cwd=ddp_project, env=env, timeout=300)
     # main() called from a script leaves the process group by the time the script exits.
-    assert sorted(log.read_text().split("\n")[:-1]) == ["0 3 False", "1 3 False"]
+    assert sorted(log.read_text().split("\n")[:-1]) == ["0 3 False [0]", "1 3 False [1]"]
     state = torch.load(tmp_path / "o/last.pt", weights_only=True)
     assert state["progress"]["step"] == 3
     for name, tensor in weights.items():  # the losses were those of these weights
@@ -706,3 +713,33 @@ def process_losses(flags: list[str], weights_file) -> tuple[list[list[float]], d
                 loss = F.cross_entropy(model(inputs), targets, label_smoothing=args.label_smoothing)
             losses[-1].append(loss.double().item())
     return losses, {name: tensor.clone() for name, tensor in model.state_dict().items()}
+
+
+TERMS_ON_ONE_PROCESS = """\
+import os, sys
+sys.path.insert(0, os.getcwd())
+import train
+
+real_compute_loss = train.compute_loss
+
+
+def compute_loss(outputs, targets, *rest):  # a term that only the second process names
+    loss = real_compute_loss(outputs, targets, *rest)
+    return (loss, {"extra": loss.detach()}) if os.environ["RANK"] == "1" else loss
+
+
+train.compute_loss = compute_loss
+train.main(sys.argv[1:])
+"""
+
+
+def test_terms_named_on_one_process_only_are_one_line_not_a_hang(ddp_project, tmp_path):
+    """Each process sums its own terms: processes that name other terms cannot sum them
+    together (their all-reduce would wait for ever), and say so."""
+    wrapper = tmp_path / "terms.py"
+    wrapper.write_text(TERMS_ON_ONE_PROCESS)
+    flags = [*QUICK, "--epochs", "1", "--model", "mlp", "--out-dir", tmp_path / "o"]
+    result = run(*TORCHRUN, wrapper, *flags, cwd=ddp_project, check=False, timeout=180)
+    assert result.returncode != 0
+    assert "compute_loss named other terms than ['extra'] elsewhere" in result.stderr
+    assert not (tmp_path / "o/last.pt").exists()

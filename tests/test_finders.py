@@ -163,6 +163,40 @@ def test_batch_size_auto_leaves_the_random_state_alone(projects, tmp_path):
     assert seen == {"rng unchanged": True}
 
 
+def test_accumulation_changes_neither_the_sweep_nor_the_steps_an_epoch(projects, tmp_path, capsys):
+    """--accum-steps 2 at batch 16 makes the steps of batch 32 (the MLP has no BatchNorm):
+    the sweep records the same losses. --batch-size auto leaves MIN_STEPS (16) optimizer
+    steps an epoch counted in accumulated steps: 1024 items, 4 micro-batches a step, 16."""
+    swept = {}
+    # Through the loader: its items are the same at any batch (on the device, augmentation
+    # draws per batch).
+    loaded = ["--data-on-device", "off"]
+    for batch, accum in ((32, 1), (16, 2)):
+        out = tmp_path / f"{batch}x{accum}"
+        flags = ["--batch-size", str(batch), "--accum-steps", str(accum), "--find-lr-steps", "30"]
+        main(projects("sgd"), *FAST, *flags, *loaded, "--find-lr", "--out-dir", out)
+        with (out / "lr_find.csv").open(newline="") as f:
+            swept[accum] = [float(row["loss"]) for row in csv.DictReader(f)]
+    assert len(swept[1]) == 30 and swept[2] == pytest.approx(swept[1], rel=1e-5)
+    capsys.readouterr()
+    flags = ["--batch-size", "auto", "--accum-steps", "4", "--epochs", "1"]
+    main(projects("sgd"), *FAST, *flags, "--out-dir", tmp_path / "auto")
+    found = re.search(r"batch size finder: .*; batch (\d+)", capsys.readouterr().out)
+    assert "leaves 16 steps an epoch" in found.group(0) and found.group(1) == "16"
+
+
+def test_a_sweep_lowest_in_its_first_tenth_is_a_guess(projects):
+    with inside(projects("sgd")):
+        from proj.finders import LRSweep
+
+        def sweep(lowest: int) -> LRSweep:
+            smoothed = [1.0] * 300
+            smoothed[lowest] = 0.5
+            return LRSweep([1e-3] * 300, smoothed, smoothed, 1e-4, diverged=False)
+
+        assert [sweep(k).guess for k in (0, 29, 30, 299)] == [True, True, False, False]
+
+
 @pytest.mark.parametrize("scheduler", ["warmup_cosine", "onecycle"])
 def test_lr_auto_is_the_peak_of_the_schedule(template, tmp_path, scheduler, capsys):
     """The suggestion is the schedule's peak: half the rate at the sweep's lowest smoothed
@@ -318,6 +352,10 @@ BAD_FLAGS = {
         "argument --batch-size: must be an integer >= 1 or auto, got 'big'",
     ),
     "sweep range": (["--find-lr-end", "1e-9"], "argument --find-lr-end: must be more than"),
+    "sweep of one rate": (
+        ["--find-lr-start", "0.001", "--find-lr-end", "0.001"],
+        "argument --find-lr-end: must be more than",
+    ),
 }
 
 

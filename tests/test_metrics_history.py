@@ -228,3 +228,39 @@ def test_named_terms_may_be_plain_numbers(project):
     assert metrics.means() == {
         "train_loss": 1.5, "train_term": 4.0, "train_weight": 0.5, "train_count": 2.0
     }  # fmt: skip
+
+
+def test_terms_that_change_within_an_epoch_are_one_line(project):
+    """A term named on some batches only would make its epoch mean a guess (and, under DDP,
+    processes with other terms would wait on each other for ever): refused in one line. The
+    terms may change between epochs, and at a resumed epoch's start."""
+    with inside(project):
+        from proj.metrics import TrainMetrics
+        from proj.utils import UserError
+
+    metrics = TrainMetrics(torch.device("cpu"))
+    metrics.add(torch.tensor(1.0), {"pos": torch.tensor(2.0)})
+    metrics.add(torch.tensor(3.0), {"pos": torch.tensor(4.0)})
+    for terms in ({}, {"neg": torch.tensor(0.0)}, {"pos": 1.0, "neg": 0.0}):
+        with pytest.raises(UserError) as refused:
+            metrics.add(torch.tensor(5.0), terms)
+        assert str(refused.value) == (
+            f"compute_loss named the terms {list(terms)} after ['pos'] in the same epoch: name "
+            "the same on every batch (0 where one does not apply)"
+        )
+    assert metrics.means() == {"train_loss": 2.0, "train_pos": 3.0}  # nothing lost
+    metrics.start_epoch()
+    metrics.add(torch.tensor(1.0), {})
+    assert metrics.means() == {"train_loss": 1.0}
+    saved = metrics.state_dict()
+    for state, accepted in (
+        (saved, False),
+        ({**saved, "totals": torch.zeros(2), "pending": []}, True),
+    ):
+        resumed = TrainMetrics(torch.device("cpu"))
+        resumed.load_state_dict(state)
+        if accepted:  # an epoch's end
+            resumed.add(torch.tensor(1.0), {"new": 1.0})
+        else:
+            with pytest.raises(UserError):
+                resumed.add(torch.tensor(1.0), {"new": 1.0})

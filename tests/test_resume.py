@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -279,6 +280,7 @@ def test_a_restarted_job_goes_on_from_its_own_checkpoint(
 HELD_WHILE_LOADING = """
 import os, runpy, signal, sys, time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, os.getcwd())
 import proj.data as data
@@ -640,15 +642,23 @@ def test_a_model_with_dropout_resumes_bit_identically(
     (the training loader has a generator of its own: the resumed run starts one more)."""
     flags = [*RUN, "--workers", "0", "--model", "mlp", "--data-on-device", on_device]
     whole, out = tmp_path / "whole", tmp_path / "stopped"
+    clock = [0.0]  # train.py's: a second per optimizer step, nothing else takes time
+    hook = register_optimizer_step_pre_hook(lambda *_: clock.__setitem__(0, clock[0] + 1))
     with inside(project):
         import train
 
         monkeypatch.setattr(train, "build_model", dropout_mlp)
-        train.main([*flags, "--out-dir", str(whole)])
-        stop_at_step(train, [*flags, "--out-dir", str(out)], stop_at)
-        assert checkpoint_step(out / "last.pt") == stop_at
-        train.main([*flags, "--out-dir", str(out)])
+        monkeypatch.setattr(train, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+        try:
+            train.main([*flags, "--out-dir", str(whole)])
+            stop_at_step(train, [*flags, "--out-dir", str(out)], stop_at)
+            assert checkpoint_step(out / "last.pt") == stop_at
+            train.main([*flags, "--out-dir", str(out)])
+        finally:
+            hook.remove()
     same_training(whole / "last.pt", out / "last.pt")
+    # Samples a second counts what this run trained, not the batches before its resume.
+    assert [row["samples_per_s"] for row in read_metrics(out)] == [16.0, 16.0]
 
 
 def test_a_second_ctrl_c_interrupts_at_once(project):

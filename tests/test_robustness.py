@@ -8,6 +8,7 @@ import functools
 import math
 import os
 import re
+import runpy
 import shutil
 import signal
 import subprocess
@@ -127,6 +128,37 @@ def test_an_out_dir_linking_to_a_removed_folder_is_one_line_naming_it(
         "does not exist)"
     )
     assert len(err) == 1 and err[0].endswith(message), err
+
+
+def test_a_resume_with_other_parameters_frozen_is_one_line(project, tmp_path):
+    """The optimizer's state holds the parameters that trained: a layer thawed since (or
+    frozen) leaves it for other ones. Refused in one line, with the way to go on."""
+    frozen = [True]
+
+    def half_frozen(info):
+        model = torch.nn.Sequential(
+            torch.nn.Flatten(), torch.nn.Linear(192, 16), torch.nn.ReLU(), torch.nn.Linear(16, 10)
+        )
+        model[1].requires_grad_(not frozen[0])
+        return model
+
+    flags = [*TINY_RUN, "--image-size", "8", "--model", "half_frozen", "--out-dir", str(tmp_path)]
+    with inside(project):
+        from proj import models
+
+        models.MODELS["half_frozen"] = half_frozen
+        sys.argv = ["train.py", *flags, "--epochs", "1"]
+        runpy.run_path("train.py", run_name="__main__")
+        frozen[0] = False
+        sys.argv = ["train.py", *flags, "--epochs", "2"]
+        with pytest.raises(SystemExit) as exit_info:
+            runpy.run_path("train.py", run_name="__main__")
+    assert exit_info.value.code == (
+        f"error: {tmp_path}/last.pt: its optimizer state is for other trainable parameters "
+        "(loaded state dict contains a parameter group that doesn't match the size of "
+        f"optimizer's group): start from its weights with --init-weights {tmp_path}/last.pt "
+        "--fresh"
+    )
 
 
 def test_eval_only_evaluates_exactly_the_weights_it_names(project, tmp_path, capsys):
@@ -502,8 +534,11 @@ def test_non_finite_losses_stop_the_run_and_keep_the_last_good_checkpoint(
     result = run(PY, "train.py", *flags, "--out-dir", out, cwd=project, check=False)
     assert result.returncode == 1, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
+    # Counted where the host syncs: steps 2 and 4 (the first is finite), or the epoch's end.
+    in_row = {"2": 3, "50": 5}[log_interval]
     assert len(lines) == 1 and lines[0].endswith(
-        f"optimizer steps in a row had a non-finite loss; the last checkpoint in {out} is from "
+        f"{in_row} optimizer steps in a row had a non-finite loss; the last checkpoint in {out} "
+        "is from "
         "before them. Try a lower --lr or --clip-grad, or look for NaN or inf in the data"
     ), lines
     assert (out / "last.pt").read_bytes() == good

@@ -199,6 +199,32 @@ def test_step_decays_by_gamma_at_the_boundaries(project, step_flags, period, gam
     assert rises(lrs, start=6) == []
 
 
+def test_a_short_step_run_decays_after_a_whole_epoch_of_warmup(project):
+    """2 epochs: the default decay period, a third of the run, is at least an epoch, so the
+    default warmup (an epoch) reaches the peak before the first decay."""
+    args, lrs, _ = run_schedule(project("step"), ["--epochs", "2"], steps_per_epoch=10)
+    expected = [args.lr * (k + 1) / 10 for k in range(10)] + [args.lr * 0.1] * 10
+    assert lrs == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("scheduler", ["warmup_cosine", "step"])
+def test_move_to_sets_the_rate_of_that_step(project, scheduler):
+    """A run resumed at an epoch's end with other steps an epoch moves its schedule to a
+    step: the optimizer's rate is then that step's, before the first step trains."""
+    flags = ["--epochs", "6", "--warmup-steps", "4"]
+    args, lrs, _ = run_schedule(project(scheduler), flags, steps_per_epoch=10)
+    with inside(project(scheduler)):
+        from proj.schedule import build_scheduler, move_to
+
+        param = torch.nn.Parameter(torch.zeros(()))
+        optimizer = torch.optim.SGD([param], lr=args.lr, momentum=0.9)
+        scheduler_ = build_scheduler(optimizer, args, args.epochs, 10)
+        optimizer.step()  # as restored: no warning of a schedule stepped first
+        for step in (2, 25, 41):
+            move_to(scheduler_, step)
+            assert close(optimizer.param_groups[0]["lr"], lrs[step]), step
+
+
 def test_constant_stays_at_the_peak_after_warmup(project):
     args, lrs, _ = run_schedule(
         project("constant"), ["--epochs", "4", "--warmup-epochs", "1"], steps_per_epoch=10
@@ -605,6 +631,23 @@ def test_more_epochs_continue_the_schedule_or_restart_it(project, tmp_path):
     assert type(error.value).__name__ == "CheckpointError"  # train.py prints it in one line
 
 
+def test_a_restarted_schedule_resumed_with_the_same_command_goes_on(project):
+    """A run restarted with --more-epochs restart and stopped at an epoch's end (preempted,
+    say) and requeued with the same command goes on with that schedule, not a third one;
+    --epochs past its end starts another."""
+    with inside(project("warmup_cosine")):
+        import train as project_train
+        from proj.checkpoint import schedule_span
+
+        def span(epochs: int) -> tuple[int, int]:
+            flags = ["--epochs", str(epochs), "--more-epochs", "restart"]
+            args = project_train.get_args_parser().parse_args(flags)
+            saved = {"schedule_start": 2, "schedule_epochs": 2, "epoch": 3, "batch": 0}
+            return schedule_span({"progress": saved, "args": {"epochs": 2}}, args)
+
+        assert [span(3), span(4), span(6)] == [(2, 2), (2, 2), (3, 3)]
+
+
 def test_1cycle_cannot_continue_past_its_end_and_restarts(project, tmp_path):
     proj = project("onecycle")
     first = lrs_by_step(proj, tmp_path / "a", "--epochs", "2")
@@ -630,6 +673,14 @@ HINT += r"first 40 steps; try --lr (\S+)"
 def without_finders(template, tmp_path_factory):
     """The project of `project("warmup_cosine")`, without the finders extra."""
     return render(template, tmp_path_factory.mktemp("plain"), amp="off", optimizer="sgd", extras=[])
+
+
+def test_a_floor_at_the_peak_is_accepted_with_or_without_finders(project, without_finders):
+    """--min-lr equal to --lr: a constant rate after warmup, the edge of what is refused."""
+    for proj in (project("warmup_cosine"), without_finders):
+        flags = ["--lr", "0.1", "--min-lr", "0.1", "--epochs", "2", "--warmup-steps", "0"]
+        args, lrs, _ = run_schedule(proj, flags, steps_per_epoch=5)
+        assert lrs == pytest.approx([0.1] * 10, rel=1e-12)
 
 
 def hints(proj, out, capsys, *flags: str) -> list[tuple]:

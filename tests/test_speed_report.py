@@ -95,7 +95,7 @@ def samples_per_s(report: str) -> float:
 
 def test_sleepy_data_is_data_bound_and_more_workers_pay(project, tmp_path):
     out_dir = tmp_path / "out"
-    sets = (Sleepy(1024), Sleepy(32))
+    sets = (Sleepy(1024), Sleepy(320))
     report = report_of(project, out_dir, sets, None, "--workers", "0", "--accum-steps", "2")
     phases = phases_ms(report)
     # The loader sleeps BATCH x SLEEP_S per batch, in this process (no workers): a floor
@@ -115,6 +115,10 @@ def test_sleepy_data_is_data_bound_and_more_workers_pay(project, tmp_path):
     # A step is two micro-batches: its items a second agree with its phases' time.
     step_s = sum(phases.values()) / 1000
     assert 0.75 < samples_per_s(report) * step_s / (2 * BATCH) < 1.5
+    # Evaluation sleeps over 320 items where an epoch sleeps over 1024: about 24 % of the
+    # time (a few of its 10 batches timed, for all of them).
+    share = int(re.search(r"- Evaluation: about (\d+)% of an epoch's time", report).group(1))
+    assert 15 <= share <= 32, report
 
 
 def test_a_large_model_on_data_in_memory_is_compute_bound(project, tmp_path):
