@@ -1761,6 +1761,14 @@ MUTANTS = [
         ("tests/test_data_mistakes.py", "-k", "cannot_take"),
     ),
     Mutant(
+        "targets-not-a-tensor-fail-on-the-device",
+        "targets that are not a tensor (a dict of tasks') are refused in one line",
+        DATA,
+        "        if not problem and not isinstance(targets, torch.Tensor):",
+        "        if False:",
+        ("tests/test_data_mistakes.py", "-k", "not_a_tensor"),
+    ),
+    Mutant(
         "resume-with-other-parameters-frozen-traceback",
         "a resume whose optimizer state is for other trainable parameters is one line",
         CHECKPOINT,

@@ -515,6 +515,27 @@ def test_data_the_loop_cannot_take_is_one_line(projects, train_set, given, probl
     assert str(refused.value).startswith(f"data set 'ours'{problem}")
 
 
+def test_targets_that_are_not_a_tensor_are_one_line(projects, monkeypatch):
+    """A target_problem of the user's that passes a dict of several tasks' targets: the
+    loop moves one tensor of targets to the device, and says so rather than fail there."""
+    with inside(projects["tensors"]):
+        from proj import data
+
+        class Tasks(torch.utils.data.Dataset):
+            def __len__(self):
+                return 8
+
+            def __getitem__(self, i):
+                return torch.randn(4), {"kind": i % 2, "size": float(i)}
+
+        monkeypatch.setattr(data, "target_problem", lambda targets, info: None)
+        with pytest.raises(data.DataError) as refused:
+            data.check_info(Tasks(), data.DataInfo(2, (4,)), "ours", Tasks())
+    assert str(refused.value) == (
+        "data set 'ours', training item 0: targets of type dict, where the loop takes a tensor"
+    )
+
+
 def test_statistics_of_token_ids_are_one_line(projects):
     with inside(projects["tensors"]):
         from proj import data
