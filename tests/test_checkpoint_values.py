@@ -111,3 +111,39 @@ def test_an_fp16_run_stopped_part_way_resumes_bit_identically(template, tmp_path
     assert a == b  # its settings too
     assert a["scale"] != INIT_SCALE  # the scale moved during the run
     assert without_speed(read_metrics(stopped)) == without_speed(read_metrics(whole))
+
+
+class NaNGradients(torch.nn.Module):
+    """Finite outputs whose gradients are NaN: a division guarded by torch.where, whose
+    branch not taken still backpropagates 0 x inf."""
+
+    def __init__(self, info) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(192, info.num_classes)
+
+    def forward(self, x):
+        y = self.fc(x.flatten(1))
+        zero = torch.zeros_like(y)
+        return torch.where(zero == 0, y, y / zero)
+
+
+def test_fp16_steps_skipped_for_good_are_named_on_the_epoch_line(template, tmp_path, capsys):
+    """GradScaler skips a step whose gradients are not finite, and halves its scale: past
+    16 skips more than good steps it is below 1, where nothing trains, and the epoch says so."""
+    project = render(template, tmp_path / "p", amp="fp16", extras=[])
+    flags = [*RUN, "--amp", "fp16", "--synthetic-size", "320", "--epochs", "2", "--model", "nan"]
+    with inside(project):
+        from proj import models
+
+        models.MODELS["nan"] = NaNGradients
+        import train
+
+        train.main([*flags, "--out-dir", str(tmp_path / "out")])
+        lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("epo")]
+        train.main([*flags, "--model", "mlp", "--out-dir", str(tmp_path / "mlp")])
+    assert "FP16" not in capsys.readouterr().out  # a model that trains: not a word
+    # 20 steps an epoch, every one skipped: 2**16 halved 20 and 40 times.
+    assert [line.split("  FP16 SKIPS STEPS ")[1:] for line in lines] == [
+        ["(loss scale 0.0625): gradients NaN, or past float16"],
+        ["(loss scale 5.96e-08): gradients NaN, or past float16"],
+    ]

@@ -620,6 +620,46 @@ def test_a_model_with_other_outputs_than_classes_is_one_line(projects, capsys, t
     ]
 
 
+class Viewed(torch.nn.Module):
+    """A convolution, then its outputs flattened with .view, which channels_last refuses."""
+
+    def __init__(self, info) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = torch.nn.Linear(4 * 8 * 8, info.num_classes)
+
+    def forward(self, x):
+        x = self.conv(x)
+        return self.fc(x.view(len(x), -1))
+
+
+def test_lazy_modules_train_and_channels_last_is_named_when_it_fails(projects, capsys, tmp_path):
+    """A model with a lazy module has no weights to lay out until its first forward, which
+    the check of the model gives it; a .view that channels_last inputs refuse is one line
+    that names the layout."""
+    with inside(projects["images"]):
+        from proj import models
+
+        models.MODELS["lazy"] = lambda info: torch.nn.Sequential(
+            torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.LazyLinear(info.num_classes)
+        )
+        models.MODELS["viewed"] = Viewed
+        flags = [*TINY_RUN, "--image-size", "8", "--epochs", "1", "--channels-last"]
+        sys.argv = ["train.py", *flags, "--model", "lazy", "--out-dir", str(tmp_path / "lazy")]
+        runpy.run_path("train.py", run_name="__main__")
+        sys.argv = ["train.py", *flags, "--model", "viewed", "--out-dir", str(tmp_path / "v")]
+        with pytest.raises(SystemExit) as exit_info:
+            runpy.run_path("train.py", run_name="__main__")
+    assert (tmp_path / "lazy/last.pt").is_file()
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "train.py: error: argument --model: viewed fails on channels_last inputs of shape "
+        "(3, 8, 8) (RuntimeError: view size is not compatible with input tensor's size and "
+        "stride (at least one dimension spans across two contiguous subspaces). Use "
+        ".reshape(...) instead.)"
+    ]
+
+
 def test_the_built_in_mlp_takes_scalar_inputs(projects):
     """A data set of one number per item (DataInfo.input_shape ()) fits the built-in mlp, and
     model_problem, which finds so, leaves the model in train mode."""

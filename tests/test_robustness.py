@@ -521,6 +521,38 @@ def test_a_resumed_epoch_counts_the_bad_steps_saved_before(project, checkpoint, 
     assert [row["nonfinite_steps"] for row in read_metrics(tmp_path / "out")] == [0, 2]
 
 
+@pytest.mark.parametrize(
+    ("steps", "advice"),
+    [(2, "So was the first, before any update: look for NaN"), (6, "Try a lower --lr")],
+    ids=["bad-from-the-first", "bad-since-step-5"],
+)
+def test_a_streak_of_bad_steps_goes_on_across_a_resume(
+    project, checkpoint, tmp_path, steps, advice
+):
+    """Saved after two bad steps in a row (of `steps` in all), the run resumed with bad
+    losses stops at its first step, the third in a row; its advice knows whether every
+    step so far was bad."""
+    state = torch.load(checkpoint, weights_only=True)
+    state["guard"].update(bad_in_row=torch.tensor(2.0), steps=steps)
+    torch.save(state, tmp_path / "streak.pt")
+    flags = ["--epochs", "3", "--max-bad-steps", "3", "--log-interval", "1"]
+    with inside(project):
+        import train
+
+        real, calls = train.compute_loss, []
+
+        def nan_loss(outputs, *rest):
+            calls.append(1)
+            return real(outputs, *rest) * math.nan
+
+        train.compute_loss = nan_loss
+        with pytest.raises(train.Stopped) as stopped:
+            resume(project, tmp_path / "streak.pt", tmp_path / "out", *flags)
+    assert len(calls) == 1
+    assert str(stopped.value).startswith("3 optimizer steps in a row had a non-finite loss; ")
+    assert advice in str(stopped.value)
+
+
 @pytest.mark.parametrize("log_interval", ["2", "50"])  # 50: no host sync in an epoch of 6 steps
 def test_non_finite_losses_stop_the_run_and_keep_the_last_good_checkpoint(
     project, tmp_path, log_interval
