@@ -1817,6 +1817,85 @@ MUTANTS = [
         "        if (scale := parts.scaler.get_scale()) < 0:",
         ("tests/test_checkpoint_values.py", "-k", "fp16_steps_skipped"),
     ),
+    # Found by a second hunt for breakages that no test caught (v0.21.2).
+    Mutant(
+        "ddp-all-reduce-at-the-first-micro-batch",
+        "with accumulation, DDP all-reduces at the window's last micro-batch: same gradients",
+        TRAIN,
+        "with nullcontext() if i == window - 1 else no_sync():",
+        "with nullcontext() if i == 0 else no_sync():",
+        ("tests/test_ddp.py", "-k", "own_shards"),
+    ),
+    Mutant(
+        "loader-order-seeded-per-process",
+        "every process shuffles by --seed alone, so that the shards part the epoch",
+        DATA,
+        "    sampler = TrainSampler(len(train_set), args.seed)\n    # Its own",
+        "    sampler = TrainSampler(len(train_set), torch.initial_seed())\n    # Its own",
+        ("tests/test_ddp.py", "-k", "own_shards"),
+    ),
+    Mutant(
+        "out-dir-lock-released-at-once",
+        "the lock file stays open for as long as the run runs",
+        UTILS,
+        "    _held_out_dirs.append(f)\n",
+        "",
+        ("tests/test_robustness.py", "-k", "holds_its_out_dir"),
+    ),
+    Mutant(
+        "pending-losses-left-out-of-checkpoints",
+        "a checkpoint between host syncs keeps the losses not yet summed",
+        METRICS,
+        '"pending": pending}',
+        '"pending": []}',
+        ("tests/test_metrics_history.py", "-k", "not_yet_summed"),
+    ),
+    Mutant(
+        "epoch-without-a-finite-loss-logs-0",
+        "an epoch without a finite loss has a NaN mean, not 0",
+        METRICS,
+        "means = [total / count if count else math.nan for total in sums]",
+        "means = [total / max(count, 1) for total in sums]",
+        ("tests/test_metrics_history.py", "-k", "not_yet_summed"),
+    ),
+    Mutant(
+        "non-finite-buffers-saved",
+        "weights no longer finite include the buffers (BatchNorm's statistics)",
+        UTILS,
+        "[*module.parameters(), *module.buffers()]",
+        "[*module.parameters()]",
+        ("tests/test_robustness.py", "-k", "non_finite_buffers"),
+    ),
+    Mutant(
+        "resnet-downsamples-in-its-first-stage",
+        "the built-in ResNet keeps the stem's size in its first stage",
+        f"{PKG}/models.py.jinja",
+        "2 if stage > 0 and i == 0 else 1",
+        "2 if i == 0 else 1",
+        ("tests/test_models.py", "-k", "stem_size"),
+    ),
+    Mutant(
+        "resnet-kernels-by-fan-in",
+        "the built-in ResNet's kernels are He-initialised by their fan-out",
+        f"{PKG}/models.py.jinja",
+        'nn.init.kaiming_normal_(m.weight, mode="fan_out"',
+        'nn.init.kaiming_normal_(m.weight, mode="fan_in"',
+        ("tests/test_models.py", "-k", "stem_size"),
+    ),
+    Mutant(
+        "ema-averages-the-weights-before-the-step",
+        "the average takes the weights each step leaves, not those before it",
+        TRAIN,
+        "    parts.optimizer.step()\n    parts.scheduler.step()\n{%- endif %}\n{%- if guard %}\n"
+        "    parts.guard.after_step()\n{%- endif %}\n"
+        "    parts.optimizer.zero_grad(set_to_none=True)\n"
+        "{%- if ema %}\n    parts.ema.update(parts.raw_model)\n{%- endif %}",
+        "{%- if ema %}\n    parts.ema.update(parts.raw_model)\n{%- endif %}\n"
+        "    parts.optimizer.step()\n    parts.scheduler.step()\n{%- endif %}\n{%- if guard %}\n"
+        "    parts.guard.after_step()\n{%- endif %}\n"
+        "    parts.optimizer.zero_grad(set_to_none=True)",
+        ("tests/test_ema.py", "-k", "each_step_leaves"),
+    ),
     Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",

@@ -743,3 +743,52 @@ def test_terms_named_on_one_process_only_are_one_line_not_a_hang(ddp_project, tm
     assert result.returncode != 0
     assert "compute_loss named other terms than ['extra'] elsewhere" in result.stderr
     assert not (tmp_path / "o/last.pt").exists()
+
+
+STEPS_AND_SHARDS_LOGGED = """\
+import os, sys
+sys.path.insert(0, os.getcwd())
+import torch
+from torch.optim.optimizer import register_optimizer_step_pre_hook
+import train
+from proj import data
+
+log = open(f"{os.environ['SHARDS_LOG']}.{os.environ['RANK']}", "w")
+
+
+def gradients(optimizer, args, kwargs):  # what each optimizer step takes
+    grads = [p.grad.flatten() for g in optimizer.param_groups for p in g["params"]]
+    log.write(f"step {torch.cat(grads).double().abs().sum().item()!r}\\n")
+
+
+real_getitem = data.SeededSamples.__getitem__
+
+
+def getitem(self, key):  # the loader's items, in this process (no workers)
+    log.write(f"item {key[0]}\\n")
+    return real_getitem(self, key)
+
+
+register_optimizer_step_pre_hook(gradients)
+data.SeededSamples.__getitem__ = getitem
+train.main(sys.argv[1:])
+train.finish_together()
+log.close()
+"""
+
+
+def test_processes_train_on_their_own_shards_with_the_same_gradients(ddp_project, tmp_path):
+    """Through the loader, with --accum-steps 2 at a learning rate that trains: each process
+    loads its own half of the epoch's items, and every optimizer step takes the same
+    gradients on both (all-reduced at the last micro-batch of each window)."""
+    wrapper = tmp_path / "logged.py"
+    wrapper.write_text(STEPS_AND_SHARDS_LOGGED)
+    flags = [*QUICK, "--epochs", "1", "--model", "mlp", "--data-on-device", "off"]
+    flags += ["--accum-steps", "2", "--out-dir", tmp_path / "o"]
+    env = {**os.environ, "SHARDS_LOG": str(tmp_path / "log")}
+    run(*TORCHRUN, wrapper, *flags, cwd=ddp_project, env=env, timeout=300)
+    logs = [(tmp_path / f"log.{rank}").read_text().splitlines() for rank in (0, 1)]
+    items = [{int(line.split()[1]) for line in log if line.startswith("item ")} for log in logs]
+    steps = [[line for line in log if line.startswith("step ")] for log in logs]
+    assert not items[0] & items[1] and len(items[0] | items[1]) == 48  # 3 batches of 8 each
+    assert len(steps[0]) == 2 and steps[0] == steps[1]  # windows of 2 and 1 micro-batches

@@ -8,6 +8,10 @@ import importlib
 
 import pytest
 import torch
+from torch.optim.optimizer import (
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
 from tests.helpers import TINY_RUN, inside, read_metrics, render, train
 
@@ -79,3 +83,32 @@ def test_eval_only_reports_the_average_beside_the_weights(project, tmp_path, cap
     assert values.keys() == {"val_loss", "val_acc", "ema_val_loss", "ema_val_acc"}
     for name, value in values.items():
         assert value == pytest.approx(logged[name], abs=1e-6), name
+
+
+def test_the_run_averages_the_weights_each_step_leaves(project, tmp_path):
+    """In the loop: after each optimizer step the average takes the weights that step left,
+    from the weights the run began with; last.pt holds it, to rounding."""
+    seen = []  # the weights before the first step, then after each step
+
+    def record(optimizer, args, kwargs):
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        seen.append([p.detach().clone().double() for p in params])
+
+    first = register_optimizer_step_pre_hook(lambda *a: None if seen else record(*a))
+    after = register_optimizer_step_post_hook(record)
+    try:
+        flags = [*TINY_RUN, "--model", "mlp", "--image-size", "8", "--ema-decay", "0.8"]
+        train(project, *flags, "--out-dir", str(tmp_path))
+    finally:
+        first.remove()
+        after.remove()
+    average = seen[0]
+    for u, weights in enumerate(seen[1:], start=1):
+        d = min(0.8, (1 + u) / (10 + u))
+        average = [d * a + (1 - d) * w for a, w in zip(average, weights, strict=True)]
+    state = torch.load(tmp_path / "last.pt", weights_only=True)
+    assert state["ema"]["updates"] == len(seen) - 1 == 12  # 96 items in batches of 16, twice
+    by_shape = {tuple(v.shape): v.double() for v in state["ema"]["module"].values()}
+    assert len(by_shape) == len(average) == 4  # the MLP's weights and biases, by their shapes
+    for expected in average:
+        torch.testing.assert_close(by_shape[tuple(expected.shape)], expected, rtol=1e-5, atol=1e-6)

@@ -4,6 +4,7 @@ edited. A file that cannot be read where it is needed is one line before any tra
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import unittest.mock
@@ -264,3 +265,22 @@ def test_terms_that_change_within_an_epoch_are_one_line(project):
         else:
             with pytest.raises(UserError):
                 resumed.add(torch.tensor(1.0), {"new": 1.0})
+
+
+def test_losses_not_yet_summed_are_saved_and_an_epoch_without_a_finite_one_is_nan(project):
+    """A checkpoint between host syncs holds the micro-batches' losses not yet summed: the
+    resumed epoch's means count them. An epoch whose losses were all NaN has a NaN mean."""
+    with inside(project):
+        from proj.metrics import TrainMetrics
+
+    metrics = TrainMetrics(torch.device("cpu"))
+    metrics.add(torch.tensor(1.0), {})
+    metrics.fold()
+    for loss in (2.0, 6.0):  # pending: no host sync since
+        metrics.add(torch.tensor(loss), {})
+    resumed = TrainMetrics(torch.device("cpu"))
+    resumed.load_state_dict(metrics.state_dict())
+    assert resumed.means() == {"train_loss": 3.0}
+    nothing = TrainMetrics(torch.device("cpu"))
+    nothing.add(torch.tensor(math.nan), {})
+    assert math.isnan(nothing.means()["train_loss"])

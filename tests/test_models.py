@@ -55,3 +55,20 @@ def test_torchvision_models_with_side_heads_give_their_outputs_alone(models):
     for training in (True, False):
         outputs = model.train(training)(torch.zeros(2, 3, 32, 32))
         assert type(outputs) is torch.Tensor and outputs.shape == (2, 7)
+
+
+def test_the_resnet_keeps_the_stem_size_then_halves_it_twice_with_he_initialised_kernels(models):
+    """A 3x3 stem and three stages (16, 32, 64 channels): the first keeps 32x32, the next
+    two halve it. Kernels are drawn as He et al. do for ReLU, std sqrt(2 / fan_out)."""
+    torch.manual_seed(0)
+    model = models.ResNetSmall(10, widths=(64, 64, 64))
+    shapes = []
+    hooks = [block.register_forward_hook(lambda m, i, out: shapes.append(tuple(out.shape)))
+             for block in model.layers]  # fmt: skip
+    model(torch.zeros(2, 3, 32, 32))
+    for hook in hooks:
+        hook.remove()
+    assert shapes == [(2, 64, 32, 32), (2, 64, 16, 16), (2, 64, 8, 8)]
+    kernel = models.ResNetSmall(10, widths=(16, 256, 256)).layers[1].conv1.weight
+    fan_out = kernel.shape[0] * kernel[0, 0].numel()  # 256 x 9, where fan_in is 16 x 9
+    assert kernel.std().item() == pytest.approx((2 / fan_out) ** 0.5, rel=0.02)

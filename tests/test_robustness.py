@@ -921,6 +921,36 @@ time.sleep(120)
 """
 
 
+TRY_LOCK = """
+import fcntl, sys
+try:
+    fcntl.lockf(open(sys.argv[1], "a"), fcntl.LOCK_EX | fcntl.LOCK_NB)
+except OSError:
+    sys.exit("held")
+"""
+
+
+def test_a_run_holds_its_out_dir_for_as_long_as_it_runs(project, tmp_path):
+    """hold_out_dir keeps its lock file open: another process cannot take the lock."""
+    with inside(project):
+        from proj.utils import hold_out_dir
+
+        assert hold_out_dir(tmp_path) is None
+        other = subprocess.run([PY, "-c", TRY_LOCK, str(tmp_path / ".lock")], capture_output=True)
+    assert other.returncode == 1 and other.stderr == b"held\n"
+
+
+def test_non_finite_buffers_count_as_weights_no_longer_finite(project):
+    """A BatchNorm whose running variance overflowed is no model to save."""
+    with inside(project):
+        from proj.utils import all_finite
+
+        model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+        assert all_finite(model)
+        model[1].running_var[0] = math.inf
+        assert not all_finite(model)
+
+
 def test_a_second_run_into_the_same_out_dir_is_refused(project, tmp_path):
     """Two runs writing one --out-dir would mix their checkpoints and metrics.csv: while a
     run holds it (its .lock), another is refused in one line, touching nothing."""
