@@ -1897,6 +1897,22 @@ MUTANTS = [
         ("tests/test_ema.py", "-k", "each_step_leaves"),
     ),
     Mutant(
+        "two-rows-past-the-history-taken-as-the-runs",
+        "metrics.csv with two rows past the checkpoint's history is another run's, kept aside",
+        LOGGER,
+        'written.count(b"\\n", len(ours)) < 2',
+        'written.count(b"\\n", len(ours)) < 3',
+        ("tests/test_metrics_history.py", "-k", "rows_past_the_history"),
+    ),
+    Mutant(
+        "older-rows-with-empty-cells-unreadable",
+        "an older release's metrics.csv with empty cells is read, the cells left out",
+        LOGGER,
+        "{k: float(v) for k, v in row.items() if v}",
+        "{k: float(v) for k, v in row.items()}",
+        ("tests/test_metrics_history.py", "-k", "empty_cells"),
+    ),
+    Mutant(
         "lars-unclipped-by-default",
         "LARS clips by default: its biases and norms take --lr as SGD does",
         TRAIN,

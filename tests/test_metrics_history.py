@@ -284,3 +284,35 @@ def test_losses_not_yet_summed_are_saved_and_an_epoch_without_a_finite_one_is_na
     nothing = TrainMetrics(torch.device("cpu"))
     nothing.add(torch.tensor(math.nan), {})
     assert math.isnan(nothing.means()["train_loss"])
+
+
+def test_rows_past_the_history_one_is_the_runs_own_two_are_not(project, tmp_path, capsys):
+    """Releases before v0.18.0 wrote an epoch's row before its checkpoint: one row past the
+    checkpoint's history is the run's own; two are another run's, kept aside."""
+    with inside(project):
+        from proj.logger import MetricsLogger
+
+    history = [{"epoch": 1, "train_loss": 0.5}, {"epoch": 2, "train_loss": 0.25}]
+    ours = b"epoch,train_loss\r\n1,0.5\r\n2,0.25\r\n"
+    for past, kept in ((1, False), (2, True)):
+        out = tmp_path / f"past-{past}"
+        out.mkdir()
+        rows = "".join(f"{3 + i},0.125\r\n" for i in range(past)).encode()
+        (out / "metrics.csv").write_bytes(ours + rows)
+        MetricsLogger(out, list(history), epoch=2)
+        assert (out / "metrics.csv").read_bytes() == ours
+        assert (out / "metrics.csv.bak").exists() == kept, past
+
+
+def test_an_older_metrics_file_with_empty_cells_is_read(project, tmp_path):
+    """An older release's rows, where a column came later (empty before): read as numbers,
+    the empty cells left out."""
+    with inside(project):
+        from proj.logger import read_rows
+
+    path = tmp_path / "metrics.csv"
+    path.write_text("epoch,train_loss,val_acc\n1,0.5,\n2,0.25,80\n3,0.125,90\n")
+    assert read_rows(path, epoch=2) == [
+        {"epoch": 1, "train_loss": 0.5},
+        {"epoch": 2, "train_loss": 0.25, "val_acc": 80.0},
+    ]
