@@ -128,12 +128,19 @@ BUDGETS = {
 # (checkpoint.py: 2); an --out-dir that links to a removed folder says so (utils.py: 3); a
 # full /dev/shm is named, with what to do, not blamed on the items (data.py: 6); a resumed
 # run says how many epochs were done, as a stopped one names the epoch under way (1).
+# v0.21.2: what trying the template with data and models of kinds no test had found: one-
+# line refusals of data the loop cannot take and of a named pipe in an image folder (data.py:
+# 19; 15 with data: tensors), loss terms the same on every batch (metrics.py: 11; 13 where
+# torchrun is), model outputs not num_classes wide and the model's check in channels_last
+# (models.py: 10; 5), a resume with other parameters frozen (checkpoint.py: 6), an --out-dir
+# below a dangling link (utils.py: 2), the guard's streak across a resume (guard.py: 7) and
+# fp16's skipped steps named on the epoch line (2, where fp16 is).
 # The README's "Line budgets" says what the lines above the budgets are for.
 CEILINGS = {
-    "examples/cpu-minimal.yml": (1784, 350),
-    "examples/cpu-minimal.yml with data: tensors": (1578, 340),
-    "defaults": (1932, None),
-    "everything (ddp, fp16, lamb, onecycle, every extra)": (3513, None),
+    "examples/cpu-minimal.yml": (1833, 351),
+    "examples/cpu-minimal.yml with data: tensors": (1617, 340),
+    "defaults": (1981, None),
+    "everything (ddp, fp16, lamb, onecycle, every extra)": (3573, None),
 }
 
 
