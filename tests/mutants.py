@@ -3277,7 +3277,9 @@ def run_mutant(mutant: Mutant, jobs: int) -> tuple[str, float, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("-k", dest="keyword", help="only mutants whose name or target has it")
+    parser.add_argument(
+        "-k", dest="keyword", help="only mutants whose name, what it breaks or its file has it"
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--check", action="store_true", help="only check that each applies")
     parser.add_argument("--jobs", type=int, default=2, help="pytest-xdist workers per mutant")
@@ -3287,9 +3289,10 @@ def main(argv: list[str] | None = None) -> int:
     duplicates = {name for name in names if names.count(name) > 1}
     if duplicates:
         parser.error(f"mutant names used twice: {', '.join(sorted(duplicates))}")
-    chosen = [
-        m for m in MUTANTS if not args.keyword or args.keyword in m.name or args.keyword in m.breaks
-    ]
+    keyword = args.keyword or ""
+    chosen = [m for m in MUTANTS if keyword in m.name or keyword in m.breaks or keyword in m.path]
+    if not chosen:
+        parser.error(f"-k {keyword}: no mutant has it in its name, what it breaks or its file")
     if args.list:
         for m in chosen:
             print(f"{m.name:40} {m.breaks}\n{'':40} tests: {' '.join(m.tests)}")
